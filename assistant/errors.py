@@ -1,0 +1,22 @@
+"""Errors meant for users: a code, and a message in English and in Chinese."""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem the user can act on (bad input, missing index, model not ready, queue full).
+
+    Adapters show `message(lang)` and never a stack trace; HTTP maps `status` to the response code.
+    """
+
+    def __init__(self, code: str, en: str, zh: str, status: int = 400) -> None:
+        super().__init__(en)
+        self.code = code
+        self.en = en
+        self.zh = zh
+        self.status = status
+
+    def message(self, lang: str = "en") -> str:
+        return self.zh if lang == "zh" else self.en
+
+    def to_dict(self, lang: str = "en") -> dict[str, str]:
+        return {"code": self.code, "message": self.message(lang), "message_en": self.en, "message_zh": self.zh}

@@ -1,0 +1,127 @@
+"""The frameworks the product knows, their aliases in both languages, and bilingual concept terms.
+
+Used by ingestion (which frameworks a chunk is about), retrieval (query expansion across
+languages, comparison questions) and the Advisor. Pure data and small functions, no I/O.
+"""
+from __future__ import annotations
+
+import re
+
+# canonical name -> aliases (lower-case matching; Chinese aliases matched as substrings)
+FRAMEWORKS: dict[str, tuple[str, ...]] = {
+    "PyTorch": ("pytorch", "torch", "py torch", "fsdp", "torch.compile", "torchscript", "ddp"),
+    "TensorFlow": ("tensorflow", "tf.function", "tf.distribute", "keras", "tfx", "tensorboard", "tf2", "tf 2"),
+    "PaddlePaddle": ("paddlepaddle", "paddle", "飞桨", "paddlenlp", "paddlehub", "百度飞桨"),
+    "JAX": ("jax", "jax.jit", "pmap", "vmap", "xla", "flax", "optax", "haiku"),
+    "Megatron-LM": ("megatron-lm", "megatron", "megatron core", "megatron-core", "mcore"),
+    "DeepSpeed": ("deepspeed", "deep speed", "zero-offload", "zero offload", "zero-infinity"),
+    "Colossal-AI": ("colossal-ai", "colossalai", "colossal ai", "colossal"),
+}
+
+# Short ASCII aliases that must match as whole words (else "tf" matches "stuff").
+_WORD_ALIASES = {"tf": "TensorFlow", "pt": "PyTorch"}
+
+# Bilingual concept terms: each group is one concept; a query mentioning any term is
+# expanded with the others so that a Chinese question reaches English passages and back.
+CONCEPTS: tuple[tuple[str, ...], ...] = (
+    ("张量并行", "tensor parallelism", "tensor parallel", "tensor model parallel", "模型并行"),
+    ("流水线并行", "pipeline parallelism", "pipeline parallel", "管道并行"),
+    ("数据并行", "data parallelism", "data parallel", "distributeddataparallel"),
+    ("序列并行", "sequence parallelism", "sequence parallel", "ulysses", "context parallel"),
+    ("专家并行", "expert parallelism", "mixture of experts", "moe", "混合专家"),
+    ("完全分片数据并行", "fully sharded data parallel", "fsdp", "分片"),
+    ("零冗余优化器", "zero redundancy optimizer", "zero", "optimizer state sharding", "分组切分", "group sharded"),
+    ("混合精度", "mixed precision", "fp16", "bf16", "amp", "半精度"),
+    ("显存", "gpu memory", "memory", "内存", "offload", "卸载"),
+    ("动态图", "eager execution", "eager mode", "dynamic graph", "imperative"),
+    ("静态图", "graph mode", "static graph", "computational graph", "计算图", "graph"),
+    ("动转静", "dynamic-to-static", "to_static", "dy2static", "paddle.jit"),
+    ("即时编译", "just-in-time compilation", "jit", "compile", "编译"),
+    ("自动向量化", "automatic vectorization", "vmap"),
+    ("分布式训练", "distributed training", "distributed", "multi-gpu", "多机多卡", "多卡", "multi-worker"),
+    ("自动并行", "auto parallel", "automatic parallelism", "semi-automatic parallel"),
+    ("检查点", "checkpoint", "checkpointing", "activation checkpointing", "重计算", "recompute"),
+    ("部署", "deployment", "serving", "inference", "推理"),
+    ("生态", "ecosystem", "toolkit", "model hub", "模型库"),
+    ("可视化", "visualization", "tensorboard", "visualdl"),
+    ("国产化", "domestic", "localization", "国产芯片", "昇腾", "ascend", "npu"),
+    ("大模型", "large language model", "llm", "大语言模型", "千亿参数", "billion parameters"),
+    ("预训练", "pre-training", "pretraining", "pretrain"),
+    ("微调", "fine-tuning", "finetuning", "fine-tune"),
+    ("硬件", "hardware", "gpu", "tpu", "npu"),
+    ("调试", "debugging", "debug", "pdb"),
+    ("初创公司", "startup", "small team", "小团队"),
+    ("研究", "research", "prototype", "原型", "科研"),
+    ("生产环境", "production", "生产", "规模化"),
+)
+
+_ALIAS_PATTERNS: list[tuple[re.Pattern[str], str]] = []
+for _name, _aliases in FRAMEWORKS.items():
+    for _a in (_name.lower(), *_aliases):
+        if re.search(r"[\u4e00-\u9fff]", _a):
+            _ALIAS_PATTERNS.append((re.compile(re.escape(_a)), _name))
+        else:
+            _ALIAS_PATTERNS.append((re.compile(r"(?<![a-z0-9])" + re.escape(_a) + r"(?![a-z0-9])"), _name))
+for _a, _name in _WORD_ALIASES.items():
+    _ALIAS_PATTERNS.append((re.compile(r"(?<![a-z0-9_.])" + re.escape(_a) + r"(?![a-z0-9_])"), _name))
+
+
+def find_frameworks(text: str) -> list[str]:
+    """Canonical framework names mentioned in text, in order of first mention."""
+    low = text.lower()
+    found: dict[str, int] = {}
+    for pat, name in _ALIAS_PATTERNS:
+        m = pat.search(low)
+        if m and (name not in found or m.start() < found[name]):
+            found[name] = m.start()
+    return sorted(found, key=found.__getitem__)
+
+
+def framework_counts(text: str) -> dict[str, int]:
+    """How often each framework is mentioned (used to tag chunks and documents)."""
+    low = text.lower()
+    counts: dict[str, int] = {}
+    for pat, name in _ALIAS_PATTERNS:
+        n = len(pat.findall(low))
+        if n:
+            counts[name] = counts.get(name, 0) + n
+    return counts
+
+
+def canonical(name: str) -> str | None:
+    """The canonical name for a user-supplied framework name or alias, or None."""
+    found = find_frameworks(name)
+    return found[0] if found else None
+
+
+def expand_terms(text: str) -> list[str]:
+    """Terms to add to a query so that it matches passages in the other language."""
+    low = text.lower()
+    extra: list[str] = []
+    for group in CONCEPTS:
+        if any(_term_in(t, low) for t in group):
+            extra.extend(t for t in group if not _term_in(t, low))
+    for name in find_frameworks(text):
+        if name.lower() not in low:
+            extra.append(name)
+    return extra
+
+
+def _term_in(term: str, low: str) -> bool:
+    if re.search(r"[\u4e00-\u9fff]", term):
+        return term in low
+    return re.search(r"(?<![a-z0-9])" + re.escape(term) + r"(?![a-z0-9])", low) is not None
+
+
+_COMPARE = re.compile(r"\bvs\.?\b|versus|compare|comparison|difference|比较|对比|区别|哪个|还是|和.{0,20}相比|与.{0,20}相比")
+
+
+def is_comparison(text: str) -> bool:
+    """A question that weighs two or more frameworks against each other."""
+    # Two named frameworks in one question are weighed against each other whether or not
+    # the question says "vs"; the marker pattern is kept for callers that need the intent.
+    return len(find_frameworks(text)) >= 2
+
+
+def has_comparison_marker(text: str) -> bool:
+    return _COMPARE.search(text.lower()) is not None

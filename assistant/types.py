@@ -1,0 +1,144 @@
+"""Domain types shared by every layer: documents, chunks, hits, citations, answers.
+
+These are the project's own types. Library types (Chroma results, llama.cpp
+responses, pydantic request bodies) are converted to these at the edges.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Section:
+    """A run of text under one heading path, with its 1-based inclusive line range in the source."""
+
+    heading_path: tuple[str, ...]
+    text: str
+    line_start: int
+    line_end: int
+
+
+@dataclass
+class Document:
+    """A loaded source document, split into sections by its own structure."""
+
+    source: str  # path (relative to the docs root when possible) or URL
+    title: str
+    language: str  # "zh" | "en"
+    sections: list[Section]
+    frameworks: tuple[str, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)  # url, licence, date, path
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The unit that is embedded, indexed, retrieved and cited."""
+
+    id: str
+    text: str
+    source: str
+    title: str
+    heading_path: tuple[str, ...]
+    language: str
+    frameworks: tuple[str, ...]
+    lines: tuple[int, int]
+    url: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["heading_path"] = list(self.heading_path)
+        d["frameworks"] = list(self.frameworks)
+        d["lines"] = list(self.lines)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Chunk:
+        return cls(
+            id=d["id"],
+            text=d["text"],
+            source=d["source"],
+            title=d.get("title", ""),
+            heading_path=tuple(d.get("heading_path", ())),
+            language=d.get("language", "en"),
+            frameworks=tuple(d.get("frameworks", ())),
+            lines=(int(d["lines"][0]), int(d["lines"][1])),
+            url=d.get("url", ""),
+        )
+
+
+@dataclass
+class Hit:
+    """A retrieved chunk with its fused score (higher is better) and the parts it came from."""
+
+    chunk: Chunk
+    score: float
+    dense: float = 0.0  # cosine similarity of the query and the chunk
+    keyword: float = 0.0  # BM25 score (unnormalised)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.chunk
+        return {
+            "chunk_id": c.id,
+            "score": round(self.score, 6),
+            "dense": round(self.dense, 6),
+            "keyword": round(self.keyword, 6),
+            "source": c.url or c.source,
+            "path": c.source,
+            "title": c.title,
+            "heading_path": list(c.heading_path),
+            "lines": list(c.lines),
+            "language": c.language,
+            "frameworks": list(c.frameworks),
+            "text": c.text,
+        }
+
+
+@dataclass
+class Citation:
+    """One [n] of an answer, resolved to the passage it points at and checked against it."""
+
+    n: int
+    chunk_id: str
+    title: str
+    heading_path: list[str]
+    source: str
+    lines: list[int]
+    snippet: str
+    support: float
+    supported: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Answer:
+    """What every adapter returns for one question."""
+
+    answer: str
+    citations: list[Citation]
+    refused: bool
+    language: str
+    session_id: str
+    message_id: str = ""
+    question: str = ""
+    standalone_question: str = ""
+    timings: dict[str, float] = field(default_factory=dict)  # retrieval_ms, ttft_ms, total_ms
+    usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens
+    sources: list[Hit] = field(default_factory=list)
+
+    def to_dict(self, with_sources: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "answer": self.answer,
+            "citations": [c.to_dict() for c in self.citations],
+            "refused": self.refused,
+            "language": self.language,
+            "session_id": self.session_id,
+            "message_id": self.message_id,
+            "timings": self.timings,
+            "usage": self.usage,
+        }
+        if with_sources:
+            d["sources"] = [h.to_dict() for h in self.sources]
+        return d
