@@ -1,0 +1,73 @@
+"""Pick and build the chat model the settings ask for; describe the packaged models.
+
+The engines are imported here lazily, so a missing optional backend (torch, a compiled llama.cpp)
+fails only when chosen, with a message that says what to install.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from assistant.errors import UserError
+from assistant.llm.base import ChatModel, ModelError
+from assistant.llm.models import PACKAGED, model_status, prepare_model
+
+BACKENDS = ("llama", "transformers", "openai")
+
+
+def create_chat_model(settings: Any) -> ChatModel:
+    """Build the ChatModel for settings.backend: "llama" (default), "transformers" or "openai".
+
+    Raises UserError for a configuration mistake (unknown backend, no remote URL) and ModelError
+    when the model itself cannot be prepared or loaded; both messages say what to do.
+    """
+    backend = getattr(settings, "backend", "llama") or "llama"
+    if backend == "llama":
+        return _llama(settings)
+    if backend == "transformers":
+        from assistant.llm.transformers_backend import TransformersChatModel
+
+        path = prepare_model(settings.model, settings.cache_dir)
+        return TransformersChatModel(path, n_threads=settings.threads, seed=settings.seed, name=str(settings.model))
+    if backend == "openai":
+        return _openai(settings)
+    raise UserError(
+        "unknown_backend",
+        f"Unknown generation backend {backend!r}: choose one of {', '.join(BACKENDS)}.",
+        f"未知的生成后端 {backend!r}：请从 {', '.join(BACKENDS)} 中选择。",
+    )
+
+
+def _llama(settings: Any) -> ChatModel:
+    from assistant.llm.llamacpp import LlamaCppChatModel
+
+    path = prepare_model(settings.model, settings.cache_dir)
+    if path.is_dir():
+        raise ModelError(f"{path} is a Hugging Face model directory; llama.cpp needs a .gguf file. "
+                         "Use --backend transformers for it, or pass a .gguf path or a packaged name "
+                         f"({', '.join(PACKAGED)}).")
+    return LlamaCppChatModel(path, n_ctx=settings.n_ctx, n_threads=settings.threads, seed=settings.seed,
+                             name=str(settings.model))
+
+
+def _openai(settings: Any) -> ChatModel:
+    if not settings.openai_base_url:
+        raise UserError(
+            "missing_openai_url",
+            "The openai backend needs the server URL: set ASSISTANT_OPENAI_BASE_URL "
+            "(e.g. http://127.0.0.1:8000/v1 for vLLM or llama.cpp server, http://127.0.0.1:11434/v1 for Ollama).",
+            "openai 后端需要服务器地址：请设置 ASSISTANT_OPENAI_BASE_URL"
+            "（例如 vLLM 或 llama.cpp server 用 http://127.0.0.1:8000/v1，Ollama 用 http://127.0.0.1:11434/v1）。",
+        )
+    from assistant.llm.remote import OpenAIChatModel
+
+    return OpenAIChatModel(settings.openai_base_url, settings.openai_model, settings.openai_api_key)
+
+
+def describe_models(settings: Any = None) -> list[dict[str, object]]:
+    """One row per packaged model (name, file, size, sha256, prepared?) for `assistant model list`."""
+    if settings is None:
+        from assistant.settings import load_settings
+
+        settings = load_settings()
+    return [model_status(spec, Path(settings.cache_dir)) for spec in PACKAGED.values()]
