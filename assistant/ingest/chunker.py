@@ -5,7 +5,8 @@ Rules (see docs/chunking.md for the numbers behind DEFAULT_CHUNK_TOKENS):
 - a section is cut into blocks (paragraphs, fenced code, tables); a block that does not fit is cut
   into sentences (zh 。！？； and en . ! ? ; before whitespace), an over-long sentence at commas,
   then at spaces (never inside a word); code at line ends; tables between rows, with the header
-  row repeated in every piece;
+  row repeated in every piece (a row too wide for the budget is split between cells, each piece
+  keeping the row's first cell and its column headers);
 - units are packed greedily up to max_tokens; Chinese and English prose never share a chunk;
 - a tiny trailing piece (< MIN_TOKENS) is merged into, or rebalanced with, the piece before it.
 """
@@ -24,13 +25,14 @@ from assistant.types import Chunk, Document, Section
 from .sections import line_numbers
 from .tokens import estimate_tokens
 
-DEFAULT_CHUNK_TOKENS = 200
+DEFAULT_CHUNK_TOKENS = 160
 MIN_TOKENS = 30
 TokenCounter = Callable[[str], int]
 
 _SENTENCE_END = re.compile(r"(?:[。！？；][”’」』）)]*\s*|[.!?;][\"'”’)\]]*(?:\s+|$)|\n(?=\s*(?:[-*+] |\d+[.)] )))")
 _SOFT_BREAKS = (re.compile(r"[，、,：:]\s*"), re.compile(r"\s+"))
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
+_URL = re.compile(r"https?://\S+")
 
 
 @dataclass
@@ -65,9 +67,12 @@ class _Block:
 
 
 def _lang_tag(text: str, kind: str) -> str | None:
-    if cjk_count(text):
-        return detect_language(text)
-    if kind == "prose" and len(_LATIN_WORD.findall(text)) >= 6:
+    """The prose language of a unit, or None when it has too little prose to say (code, URLs, labels
+    like "来源 / Sources:"); None units join a chunk of either language."""
+    t = _URL.sub(" ", text)
+    if cjk_count(t) >= 4:
+        return detect_language(t)
+    if kind == "prose" and len(_LATIN_WORD.findall(t)) >= 6:
         return "en"
     return None
 
@@ -162,20 +167,55 @@ def _table_units(block: _Block, index: int, max_tokens: int, count: TokenCounter
     units: list[_Unit] = []
     cur: list[int] = []
     for r in range(head, len(rows)):
-        trial = "\n".join([header, *(rows[k] for k in cur), rows[r]])
-        if cur and count(trial) > max_tokens:
-            units.append(_table_unit(block, header, rows, cur, index, bool(units)))
+        if count(header + "\n" + rows[r]) > max_tokens:  # one row too wide for the budget
+            if cur:
+                units.append(_table_unit(block, "\n".join([header, *(rows[k] for k in cur)]), cur[-1], index))
+                cur = []
+            units.extend(_table_unit(block, t, r, index) for t in _wide_row(rows[0], rows[r], max_tokens, count))
+            continue
+        if cur and count("\n".join([header, *(rows[k] for k in cur), rows[r]])) > max_tokens:
+            units.append(_table_unit(block, "\n".join([header, *(rows[k] for k in cur)]), cur[-1], index))
             cur = []
         cur.append(r)
     if cur:
-        units.append(_table_unit(block, header, rows, cur, index, bool(units)))
+        units.append(_table_unit(block, "\n".join([header, *(rows[k] for k in cur)]), cur[-1], index))
     return units
 
 
-def _table_unit(block: _Block, header: str, rows: list[str], cur: list[int], index: int, fresh: bool) -> _Unit:
-    text = "\n".join([header, *(rows[k] for k in cur)])
-    # a row longer than the budget on its own is still never split inside; it is cut as prose later
-    return _Unit(text + "\n", block.nums[0], block.nums[cur[-1]], index, _lang_tag(text, "table"), fresh=True)
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def _wide_row(header: str, row: str, max_tokens: int, count: TokenCounter) -> list[str]:
+    """A row that cannot fit with its header: split it between cells (never inside one), each piece
+    a small table of the row's first cell (its key) plus some columns, under their own headers."""
+    heads, cells = _cells(header), _cells(row)
+    heads += [""] * (len(cells) - len(heads))
+
+    def table(cols: list[int]) -> str:
+        keep = [0, *cols]
+        return "\n".join(["| " + " | ".join(heads[k] for k in keep) + " |", "|" + "---|" * len(keep),
+                          "| " + " | ".join(cells[k] for k in keep) + " |"])
+
+    pieces: list[str] = []
+    cols: list[int] = []
+    for k in range(1, len(cells)):
+        if cols and count(table([*cols, k])) > max_tokens:
+            pieces.append(table(cols))
+            cols = []
+        if count(table([k])) > max_tokens:  # a single cell over budget: its text is cut as prose
+            lead = f"{cells[0]} / {heads[k]}: "
+            text = cells[k]
+            pieces.extend(lead + text[a:b] for a, b in _cut(text, max_tokens - count(lead), count))
+            continue
+        cols.append(k)
+    if cols:
+        pieces.append(table(cols))
+    return pieces
+
+
+def _table_unit(block: _Block, text: str, last_row: int, index: int) -> _Unit:
+    return _Unit(text + "\n", block.nums[0], block.nums[last_row], index, _lang_tag(text, "table"), fresh=True)
 
 
 def _join(units: list[_Unit]) -> str:
@@ -241,6 +281,8 @@ def chunk_section(doc: Document, section: Section, max_tokens: int, count: Token
     for k, block in enumerate(_blocks(section)):
         units.extend(_units(block, k, max_tokens, count))
     path = _heading_path(doc, section)
+    # a chunk of code or links only takes the language of the prose around it
+    section_lang = _lang_of(units) or doc.language
     chunks = []
     for group in _pack(units, max_tokens, count):
         text = _join(group)
@@ -249,7 +291,7 @@ def chunk_section(doc: Document, section: Section, max_tokens: int, count: Token
         found = find_frameworks(text + " " + " ".join(path[1:]))
         chunks.append(Chunk(
             id=chunk_id(doc.source, path, text), text=text, source=doc.source, title=doc.title,
-            heading_path=path, language=_lang_of(group) or doc.language,
+            heading_path=path, language=_lang_of(group) or section_lang,
             frameworks=tuple(dict.fromkeys([*doc.frameworks, *found])),
             lines=(min(u.lo for u in group), max(u.hi for u in group)), url=str(doc.meta.get("url", "")),
         ))

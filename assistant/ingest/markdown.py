@@ -18,7 +18,7 @@ _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*(.*)$")
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
-_LINK = re.compile(r"\[([^\]]+)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
 _REF_LINK = re.compile(r"\[([^\]]+)\]\[[^\]]*\]")
 _TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 _MYST_ROLE = re.compile(r"\{[\w:.-]+\}`([^`]*)`")
@@ -49,6 +49,7 @@ def clean_inline(text: str) -> str:
     text = _LINK.sub(r"\1", text)
     text = _REF_LINK.sub(r"\1", text)
     text = _MYST_ROLE.sub(r"`\1`", text)
+    text = re.sub(r"<br\s*/?>", " ", text, flags=re.IGNORECASE)
     return _TAG.sub("", text)
 
 
