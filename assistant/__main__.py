@@ -1,0 +1,6 @@
+"""`python -m assistant` runs the CLI."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

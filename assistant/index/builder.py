@@ -1,0 +1,259 @@
+"""Building the index: incremental (embed only new or changed chunks) and atomic (a killed build
+leaves the previous generation live).
+
+A build writes a new generation directory next to the live one and, only when it is complete,
+replaces the CURRENT pointer with os.replace. Files whose bytes are unchanged reuse their chunks;
+chunks whose id is in the embedding cache reuse their vectors; the Chroma store of the previous
+generation is copied and patched (deleted ids removed, new ids added) instead of refilled.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..embed import Embedder
+from ..errors import UserError
+from ..ingest import LoadError, chunk_document, discover, load_document
+from ..types import Chunk
+from .cache import EmbeddingCache
+from .keyword import KeywordIndex
+from .snapshot import current_generation, read_chunks
+from .store import VectorStore
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class BuildReport:
+    generation: str = ""
+    documents: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    added: int = 0
+    removed: int = 0
+    changed_files: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    unchanged: bool = False
+    seconds: float = 0.0
+    embed_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
+        return d
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _BuildLock:
+    def __init__(self, index_dir: Path) -> None:
+        self.path = index_dir / ".build.lock"
+
+    def __enter__(self) -> _BuildLock:
+        self.f = self.path.open("w")
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            raise UserError("build_running", "Another index build is running on this index.",
+                            "另一个索引构建正在进行。", status=409) from e
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def build_index(
+    index_dir: Path,
+    doc_paths: list[Path],
+    embedder: Embedder,
+    *,
+    chunk_tokens: int | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    keep_previous: int = 1,
+) -> BuildReport:
+    """Index every supported file under doc_paths into index_dir; see the module docstring."""
+    t0 = time.perf_counter()
+    index_dir.mkdir(parents=True, exist_ok=True)
+    with _BuildLock(index_dir):
+        _remove_partial(index_dir)
+        report = _build_locked(index_dir, doc_paths, embedder, chunk_tokens, progress, log)
+        if not report.unchanged:
+            _prune(index_dir, keep_previous)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, chunk_tokens: int | None,
+                  progress: bool, log: Callable[[str], None]) -> BuildReport:
+    from ..ingest import DEFAULT_CHUNK_TOKENS
+
+    chunk_tokens = chunk_tokens or DEFAULT_CHUNK_TOKENS
+    files = discover(doc_paths)
+    prev_gen = current_generation(index_dir)
+    prev_meta: dict[str, Any] = json.loads((prev_gen / "meta.json").read_text()) if prev_gen else {}
+    fingerprints = {str(f): _sha(f) for f, _root in files}
+    settings_key = {"embedder": embedder.name, "chunk_tokens": chunk_tokens, "format": FORMAT_VERSION}
+    report = BuildReport()
+
+    same_settings = all(prev_meta.get(k) == v for k, v in settings_key.items())
+    if prev_gen and same_settings and prev_meta.get("fingerprints") == fingerprints:
+        report.unchanged = True
+        report.generation = prev_gen.name
+        report.documents = prev_meta.get("documents", 0)
+        report.chunks = prev_meta.get("chunks", 0)
+        report.skipped = [tuple(s) for s in prev_meta.get("skipped", [])]  # type: ignore[misc]
+        return report
+
+    chunks, file_sources = _collect_chunks(files, fingerprints, prev_gen, prev_meta, same_settings, chunk_tokens,
+                                           report, log)
+    if not chunks:
+        raise UserError("empty_corpus",
+                        "No documents to index: the given paths hold no readable Markdown, reST, notebook, HTML, PDF, "
+                        "text or .py tutorial files.",
+                        "没有可索引的文档：给定路径中没有可读取的 Markdown、reST、notebook、HTML、PDF、文本或 .py 教程文件。")
+    new_gen = _write_generation(index_dir, chunks, embedder, prev_gen if same_settings else None, progress, report)
+    meta = {**settings_key, "fingerprints": fingerprints, "documents": report.documents, "chunks": len(chunks),
+            "skipped": report.skipped, "file_sources": file_sources, "roots": sorted({str(r) for _f, r in files}), "created": time.time(),
+            "dim": embedder.dim}
+    (new_gen / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    final = new_gen.with_name(new_gen.name.removesuffix(".partial"))
+    os.replace(new_gen, final)
+    _fsync_dir(index_dir)
+    tmp = index_dir / "CURRENT.tmp"
+    tmp.write_text(final.name, encoding="utf-8")
+    os.replace(tmp, index_dir / "CURRENT")  # the moment the new generation goes live
+    _fsync_dir(index_dir)
+    report.generation = final.name
+    report.chunks = len(chunks)
+    return report
+
+
+def _collect_chunks(files: list[tuple[Path, Path]], fingerprints: dict[str, str], prev_gen: Path | None,
+                    prev_meta: dict[str, Any], same_settings: bool, chunk_tokens: int, report: BuildReport,
+                    log: Callable[[str], None]) -> tuple[list[Chunk], dict[str, str]]:
+    prev_by_source: dict[str, list[Chunk]] = {}
+    prev_files: dict[str, str] = prev_meta.get("fingerprints", {}) if same_settings else {}
+    prev_sources: dict[str, str] = prev_meta.get("file_sources", {}) if same_settings else {}
+    if prev_gen and same_settings:
+        for c in read_chunks(prev_gen):
+            prev_by_source.setdefault(c.source, []).append(c)
+    chunks: list[Chunk] = []
+    file_sources: dict[str, str] = {}
+    for f, root in files:
+        key = str(f)
+        src = prev_sources.get(key)
+        if src and prev_files.get(key) == fingerprints[key] and src in prev_by_source:
+            chunks.extend(prev_by_source[src])
+            file_sources[key] = src
+            report.documents += 1
+            continue
+        try:
+            doc = load_document(f, root)
+        except LoadError as e:
+            report.skipped.append((str(f), e.reason))
+            log(f"skipped {f}: {e.reason}")
+            continue
+        report.changed_files += 1
+        report.documents += 1
+        file_sources[key] = doc.source
+        chunks.extend(chunk_document(doc, max_tokens=chunk_tokens))
+    # dedupe ids (identical text under identical headings of the same source)
+    seen: set[str] = set()
+    unique = [c for c in chunks if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
+    return unique, file_sources
+
+
+def _write_generation(index_dir: Path, chunks: list[Chunk], embedder: Embedder, prev_gen: Path | None,
+                      progress: bool, report: BuildReport) -> Path:
+    gen = index_dir / f"gen-{time.time_ns()}.partial"
+    gen.mkdir()
+    cache = EmbeddingCache(index_dir / "cache" / f"{_safe(embedder.name)}.sqlite", embedder.dim)
+    try:
+        ids = [c.id for c in chunks]
+        todo = cache.missing(ids)
+        by_id = {c.id: c for c in chunks}
+        te = time.perf_counter()
+        _embed_into_cache([by_id[i] for i in todo], embedder, cache, progress)
+        report.embed_seconds = time.perf_counter() - te
+        report.embedded = len(todo)
+        prev_ids: set[str] = set()
+        if prev_gen is not None and (prev_gen / "chroma").is_dir():
+            shutil.copytree(prev_gen / "chroma", gen / "chroma")
+            prev_ids = {c.id for c in read_chunks(prev_gen)}
+        store = VectorStore(gen / "chroma")
+        removed = sorted(prev_ids - set(ids))
+        added = [c for c in chunks if c.id not in prev_ids]
+        store.delete(removed)
+        store.add(added, cache.get([c.id for c in added]))
+        report.removed, report.added = len(removed), len(added)
+        store.close()
+        with (gen / "chunks.jsonl").open("w", encoding="utf-8") as f:
+            for c in chunks:
+                f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
+        KeywordIndex.build([_keyword_text(c) for c in chunks]).save(gen / "bm25")
+    finally:
+        cache.close()
+    return gen
+
+
+def _keyword_text(c: Chunk) -> str:
+    # Headings carry the section's topic words; framework names make "PyTorch FSDP" match the right docs.
+    return " ".join([*c.heading_path, *c.frameworks, c.text])
+
+
+def embed_text(c: Chunk) -> str:
+    """What the dense embedder sees: the heading path gives short passages their context."""
+    head = " > ".join(c.heading_path[-2:])
+    return f"{head}\n{c.text}" if head else c.text
+
+
+def _embed_into_cache(chunks: list[Chunk], embedder: Embedder, cache: EmbeddingCache, progress: bool,
+                      batch: int = 32) -> None:
+    if not chunks:
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(chunks), desc="embedding", unit="chunk", disable=not progress)
+    for i in range(0, len(chunks), batch):
+        part = chunks[i : i + batch]
+        cache.put([c.id for c in part], embedder.passages([embed_text(c) for c in part]))
+        bar.update(len(part))
+    bar.close()
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[:80]
+
+
+def _remove_partial(index_dir: Path) -> None:
+    for p in index_dir.glob("gen-*.partial"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _prune(index_dir: Path, keep_previous: int) -> None:
+    live = current_generation(index_dir)
+    gens = sorted((p for p in index_dir.glob("gen-*") if p.is_dir() and not p.name.endswith(".partial")),
+                  key=lambda p: int(p.name.split("-")[1]))
+    old = [g for g in gens if g != live]
+    for g in old[: max(0, len(old) - keep_previous)]:
+        shutil.rmtree(g, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

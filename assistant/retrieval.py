@@ -1,0 +1,135 @@
+"""Hybrid retrieval: dense (Chroma, multilingual embedder) + keyword (jieba BM25), fused by weighted scores.
+
+- The query is expanded with bilingual concept terms and framework aliases for the keyword side
+  (张量并行 -> tensor parallelism, 飞桨 -> PaddlePaddle), so a Chinese question reaches English passages.
+- Fusion: score = w * cosine + (1 - w) * bm25 / (bm25 + s), with cosine computed exactly for every
+  candidate from either side (vectors are held in memory), plus a small boost for chunks about a
+  framework the question names. The weights were tuned on the dev split (docs/retrieval.md).
+- A comparison question (two or more frameworks named) gets evidence for each side, interleaved.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .embed import Embedder
+from .frameworks import expand_terms, find_frameworks
+from .index.keyword import tokenize
+from .index.snapshot import IndexSnapshot
+from .index.store import where_clause
+from .types import Chunk, Hit
+
+
+@dataclass
+class RetrievalParams:
+    dense_weight: float = 0.7
+    bm25_saturation: float = 8.0  # s in bm25 / (bm25 + s)
+    framework_boost: float = 0.06
+    candidates: int = 40
+    mode: str = "hybrid"  # "hybrid" | "dense" | "bm25"
+
+
+class Retriever:
+    def __init__(self, snapshot: IndexSnapshot, embedder: Embedder, params: RetrievalParams | None = None) -> None:
+        self.snap = snapshot
+        self.embedder = embedder
+        self.params = params or RetrievalParams()
+        self._vectors = self._load_vectors()
+
+    def _load_vectors(self) -> np.ndarray:
+        got = self.snap.store._col.get(include=["embeddings"])  # noqa: SLF001 - one bulk read at start-up
+        by_id = dict(zip(got["ids"], got["embeddings"], strict=True))
+        dim = len(next(iter(by_id.values()))) if by_id else self.embedder.dim
+        out = np.zeros((len(self.snap.chunks), dim), dtype=np.float32)
+        for row, c in enumerate(self.snap.chunks):
+            if c.id in by_id:
+                out[row] = by_id[c.id]
+        return out
+
+    # ---- public -------------------------------------------------------------------------------
+    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None) -> list[Hit]:
+        fws = find_frameworks(query)
+        if len(fws) >= 2 and not (filters and filters.get("framework")):
+            return self._comparison(query, fws, k, filters)
+        return self._ranked(query, k, filters, fws)
+
+    def dense_scores(self, query: str) -> np.ndarray:
+        return self._vectors @ self.embedder.query(query)
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _ranked(self, query: str, k: int, filters: dict[str, Any] | None, fws: list[str]) -> list[Hit]:
+        p = self.params
+        qvec = self.embedder.query(query)
+        rows: set[int] = set()
+        if p.mode != "bm25":
+            for cid, _sim in self.snap.store.query(qvec, p.candidates, where_clause(filters)):
+                rows.add(self.snap.row_of[cid])
+        kw: dict[int, float] = {}
+        if p.mode != "dense":
+            tokens = tokenize(query) + [t for term in expand_terms(query) for t in tokenize(term)]
+            for row, s in self.snap.keyword.search(tokens, k=p.candidates * 3):
+                if self._passes(self.snap.chunks[row], filters):
+                    kw[row] = s
+                    if len(kw) >= p.candidates:
+                        break
+            rows.update(kw)
+        rows = {r for r in rows if self._passes(self.snap.chunks[r], filters)}
+        if not rows:
+            return []
+        idx = np.fromiter(rows, dtype=np.int64)
+        dense = self._vectors[idx] @ qvec
+        bm = np.array([kw.get(int(r), 0.0) for r in idx], dtype=np.float32)
+        score = self._fuse(dense, bm)
+        if fws and p.framework_boost:
+            wanted = set(fws)
+            score = score + p.framework_boost * np.array(
+                [bool(wanted & set(self.snap.chunks[int(r)].frameworks)) for r in idx], dtype=np.float32)
+        order = np.argsort(-score)[:k]
+        return [Hit(self.snap.chunks[int(idx[i])], float(score[i]), float(dense[i]), float(bm[i])) for i in order]
+
+    def _fuse(self, dense: np.ndarray, bm: np.ndarray) -> np.ndarray:
+        p = self.params
+        if p.mode == "dense":
+            return dense
+        sat = bm / (bm + p.bm25_saturation)
+        if p.mode == "bm25":
+            return sat
+        return p.dense_weight * dense + (1 - p.dense_weight) * sat
+
+    def _comparison(self, query: str, fws: list[str], k: int, filters: dict[str, Any] | None) -> list[Hit]:
+        """Evidence for each side: the best passages per named framework, interleaved, then the overall best."""
+        per_side = max(2, k // len(fws))
+        lists = [self._ranked(query, per_side, {**(filters or {}), "framework": [fw]}, [fw]) for fw in fws[:4]]
+        overall = self._ranked(query, k, filters, fws)
+        out: list[Hit] = []
+        seen: set[str] = set()
+        for i in range(per_side):
+            for lst in lists:
+                if i < len(lst) and lst[i].chunk.id not in seen:
+                    out.append(lst[i])
+                    seen.add(lst[i].chunk.id)
+        for h in overall:
+            if h.chunk.id not in seen:
+                out.append(h)
+                seen.add(h.chunk.id)
+        # keep the strongest first while guaranteeing each side a place in the top k
+        head = sorted(out[:k], key=lambda h: -h.score)
+        return head
+
+    @staticmethod
+    def _passes(c: Chunk, filters: dict[str, Any] | None) -> bool:
+        if not filters:
+            return True
+        fws = filters.get("framework") or filters.get("frameworks")
+        if fws:
+            fws = [fws] if isinstance(fws, str) else fws
+            if not set(fws) & set(c.frameworks):
+                return False
+        if filters.get("language") and c.language != filters["language"]:
+            return False
+        src = filters.get("source")
+        if src and src not in c.source and src not in c.url:
+            return False
+        return True

@@ -1,0 +1,267 @@
+"""AssistantService: the one object behind the CLI, the HTTP API, the Gradio UI and the evaluator.
+
+It owns the loaded index (reloaded when a build replaces it), the embedder, the chat model, the
+session store and the generation queue, and runs the answer pipeline:
+question -> (follow-up rewrite) -> retrieve -> refuse or build prompt -> stream -> check citations.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .answer.citations import CitationChecker
+from .answer.evidence import select_evidence
+from .answer.policy import decide, refusal_text, rewrite_followup
+from .answer.prompt import build_messages
+from .embed import Embedder, create_embedder
+from .errors import UserError
+from .genqueue import GenerationQueue
+from .index.snapshot import IndexSnapshot, current_generation
+from .lang import detect_language
+from .llm.base import ChatModel
+from .retrieval import Retriever, RetrievalParams
+from .sessions import SessionStore
+from .settings import Settings, load_settings
+from .types import Answer, Chunk, Citation, Hit
+
+
+@dataclass
+class Event:
+    kind: str  # "sources" | "token" | "citations" | "done" | "error"
+    data: Any
+
+
+class AssistantService:
+    def __init__(self, settings: Settings | None = None, *, chat_model: ChatModel | None = None,
+                 embedder: Embedder | None = None) -> None:
+        self.settings = settings or load_settings()
+        self._embedder = embedder
+        self._llm = chat_model
+        self._retriever: Retriever | None = None
+        self._gen_name: str | None = None
+        self._lock = threading.RLock()
+        self.sessions = SessionStore(Path(self.settings.state_dir) / "assistant.db")
+        self.queue = GenerationQueue(self.settings.max_queue)
+        self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
+
+    # ---- loading ------------------------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            snap_embedder = self._index_embedder_name()
+            self._embedder = create_embedder(snap_embedder or self.settings.embedder, self.settings.threads)
+        return self._embedder
+
+    def _index_embedder_name(self) -> str | None:
+        gen = current_generation(Path(self.settings.index_dir))
+        if gen is None:
+            return None
+        import json
+
+        return json.loads((gen / "meta.json").read_text(encoding="utf-8")).get("embedder")
+
+    @property
+    def retriever(self) -> Retriever:
+        """The retriever over the live index generation; reopened when a build has replaced it."""
+        with self._lock:
+            gen = current_generation(Path(self.settings.index_dir))
+            if gen is None:
+                IndexSnapshot.open(Path(self.settings.index_dir))  # raises the "build it first" UserError
+            assert gen is not None
+            if self._retriever is None or gen.name != self._gen_name:
+                old = self._retriever
+                self._retriever = Retriever(IndexSnapshot(gen), self.embedder, self.params)
+                self._gen_name = gen.name
+                if old is not None:
+                    old.snap.close()
+            return self._retriever
+
+    @property
+    def llm(self) -> ChatModel:
+        with self._lock:
+            if self._llm is None:
+                from .llm.factory import create_chat_model
+
+                self._llm = create_chat_model(self.settings)
+            return self._llm
+
+    def load(self, warm: bool = True) -> None:
+        """Load index, embedder and model now (the server calls this at start-up)."""
+        _ = self.retriever
+        llm = self.llm
+        if warm:
+            from .answer.prompt import SYSTEM_PROMPT
+
+            try:
+                llm.warmup(SYSTEM_PROMPT)  # type: ignore[call-arg]
+            except TypeError:
+                llm.warmup()
+
+    def ready(self) -> bool:
+        return self._retriever is not None and self._llm is not None
+
+    def stats(self) -> dict[str, Any]:
+        snap = self.retriever.snap
+        langs: dict[str, int] = {}
+        fws: dict[str, int] = {}
+        for c in snap.chunks:
+            langs[c.language] = langs.get(c.language, 0) + 1
+            for f in c.frameworks:
+                fws[f] = fws.get(f, 0) + 1
+        return {"generation": snap.gen.name, "documents": len({c.source for c in snap.chunks}),
+                "chunks": len(snap.chunks), "languages": langs, "frameworks": dict(sorted(fws.items())),
+                "embedder": snap.embedder_name, "skipped": snap.meta.get("skipped", []),
+                "chunk_tokens": snap.meta.get("chunk_tokens")}
+
+    # ---- retrieval ----------------------------------------------------------------------------
+    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None) -> list[Hit]:
+        query = self._check_text(query, "query")
+        if not 1 <= k <= 50:
+            raise UserError("bad_k", "k must be between 1 and 50.", "k 必须在 1 到 50 之间。")
+        return self.retriever.search(query, k=k, filters=_clean_filters(filters))
+
+    def passage(self, chunk_id: str) -> Chunk | None:
+        return self.retriever.snap.by_id.get(chunk_id)
+
+    # ---- answers ------------------------------------------------------------------------------
+    def ask(self, question: str, session_id: str | None = None, filters: dict[str, Any] | None = None) -> Answer:
+        answer: Answer | None = None
+        for ev in self.ask_stream(question, session_id, filters):
+            if ev.kind == "done":
+                answer = ev.data
+            elif ev.kind == "error":
+                raise UserError(ev.data["code"], ev.data.get("message_en", ev.data["message"]),
+                                ev.data.get("message_zh", ev.data["message"]), ev.data.get("status", 500))
+        assert answer is not None
+        return answer
+
+    def ask_stream(self, question: str, session_id: str | None = None,
+                   filters: dict[str, Any] | None = None) -> Iterator[Event]:
+        """Events: sources, token..., citations, done (see docs/architecture.md)."""
+        t0 = time.perf_counter()
+        question = self._check_text(question, "question")
+        lang = detect_language(question)
+        sid = self.sessions.ensure(session_id)
+        history = self.sessions.history(sid, self.settings.history_token_budget)
+        standalone = rewrite_followup(question, history)
+        hits = self.retriever.search(standalone, k=self.settings.top_k, filters=_clean_filters(filters))
+        retrieval_ms = (time.perf_counter() - t0) * 1000
+        decision = decide(standalone, hits)
+        sources = [] if decision.refuse else select_evidence(standalone, hits, self.llm.count_tokens,
+                                                              self.settings.context_token_budget)
+        yield Event("sources", [s.hit for s in sources])
+        answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
+                        question=question, standalone_question=standalone, sources=[s.hit for s in sources])
+        if decision.refuse:
+            answer.answer = refusal_text(decision.reason, lang)
+            yield Event("token", answer.answer)
+            answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(retrieval_ms, 1),
+                              "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
+        else:
+            yield from self._generate(answer, sources, lang, t0, retrieval_ms)
+        self._remember(answer, decision.reason)
+        yield Event("citations", answer.citations)
+        yield Event("done", answer)
+
+    def _generate(self, answer: Answer, sources: list, lang: str, t0: float, retrieval_ms: float) -> Iterator[Event]:
+        messages = build_messages(answer.standalone_question, sources, lang)
+        pieces: list[str] = []
+        ttft = None
+        with self.queue.turn():
+            for piece in self.llm.stream(messages, max_tokens=self.settings.max_answer_tokens,
+                                         temperature=self.settings.temperature):
+                if ttft is None:
+                    ttft = (time.perf_counter() - t0) * 1000
+                pieces.append(piece)
+                yield Event("token", piece)
+        usage = self.llm.last_usage
+        checked = CitationChecker(self.embedder, self.settings.support_threshold).check("".join(pieces), sources)
+        answer.answer = checked.text
+        answer.citations = checked.citations
+        if not checked.text:  # nothing the sources support survived: refuse rather than invent
+            answer.refused = True
+            answer.answer = refusal_text("weak_evidence", lang)
+        answer.usage = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+        answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft or 0.0, 1),
+                          "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
+        answer.__dict__["check"] = {"factual_sentences": checked.factual_sentences,
+                                    "supported_sentences": checked.supported_sentences,
+                                    "dropped_numbers": checked.dropped_numbers,
+                                    "removed_sentences": checked.removed_sentences,
+                                    "raw_answer": "".join(pieces)}
+
+    def _remember(self, answer: Answer, reason: str) -> None:
+        self.sessions.add_message(answer.session_id, "user", answer.question)
+        answer.message_id = self.sessions.add_message(
+            answer.session_id, "assistant", answer.answer,
+            {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused, "reason": reason,
+             "standalone_question": answer.standalone_question})
+
+    # ---- sessions and feedback ----------------------------------------------------------------
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return self.sessions.get(session_id)
+
+    def delete_session(self, session_id: str) -> bool:
+        return self.sessions.delete(session_id)
+
+    def feedback(self, session_id: str, message_id: str, rating: str, comment: str = "") -> None:
+        if rating not in ("up", "down"):
+            raise UserError("bad_rating", "rating must be 'up' or 'down'.", "rating 只能是 up 或 down。", 422)
+        if len(comment) > 2000:
+            raise UserError("too_long", "The comment is too long (max 2000 characters).", "评论过长（最多 2000 字）。", 413)
+        if not self.sessions.has_message(session_id, message_id):
+            raise UserError("not_found", "No such message in this session.", "该会话中没有这条消息。", 404)
+        self.sessions.add_feedback(session_id, message_id, rating, comment)
+
+    # ---- advisor ------------------------------------------------------------------------------
+    def advise(self, scenario: Any) -> Any:
+        from .advisor import advise
+
+        return advise(self, scenario)
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _check_text(self, text: Any, what: str) -> str:
+        if not isinstance(text, str) or not text.strip():
+            raise UserError("empty_input", f"The {what} is empty.", "问题不能为空。" if what == "question" else "查询不能为空。", 422)
+        if len(text) > self.settings.max_question_chars:
+            n = self.settings.max_question_chars
+            raise UserError("input_too_long", f"The {what} is too long (max {n} characters).",
+                            f"输入过长（最多 {n} 个字符）。", 413)
+        return text.strip()
+
+    def close(self) -> None:
+        if self._llm is not None:
+            self._llm.close()
+        if self._retriever is not None:
+            self._retriever.snap.close()
+        self.sessions.close()
+
+
+def _clean_filters(filters: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not filters:
+        return None
+    from .frameworks import canonical
+
+    out = dict(filters)
+    fws = out.get("framework") or out.get("frameworks")
+    if fws:
+        fws = [fws] if isinstance(fws, str) else list(fws)
+        names = []
+        for f in fws:
+            c = canonical(str(f))
+            if c is None:
+                raise UserError("bad_filter", f"Unknown framework in filter: {f}", f"过滤条件中的框架未知：{f}", 422)
+            names.append(c)
+        out["framework"] = names
+        out.pop("frameworks", None)
+    if out.get("language") not in (None, "zh", "en"):
+        raise UserError("bad_filter", "language filter must be 'zh' or 'en'.", "语言过滤只能是 zh 或 en。", 422)
+    return out
+
+
+def citation_records(citations: list[Citation]) -> list[dict[str, Any]]:
+    return [c.to_dict() for c in citations]

