@@ -317,6 +317,8 @@ def test_corpus_and_framework_docs_all_load_and_chunk():
             assert c.language in ("zh", "en") and c.frameworks, c.source
             assert estimate_tokens(c.text) <= DEFAULT_CHUNK_TOKENS
             assert c.heading_path[0] == d.title
+            if d.source.startswith("corpus/notes/") and len(c.heading_path) > 1:
+                assert c.language == {"中文": "zh", "English": "en"}.get(c.heading_path[1], c.language), c.text
         if d.source.endswith((".md", ".rst")):
             assert_lines_hold_text(FRAMEWORK_DOCS.parent / d.source if d.source.startswith("framework-docs")
                                    else CORPUS.parent / d.source, chunks)
