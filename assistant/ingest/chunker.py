@@ -32,7 +32,7 @@ TokenCounter = Callable[[str], int]
 _SENTENCE_END = re.compile(r"(?:[。！？；][”’」』）)]*\s*|[.!?;][\"'”’)\]]*(?:\s+|$)|\n(?=\s*(?:[-*+] |\d+[.)] )))")
 _SOFT_BREAKS = (re.compile(r"[，、,：:]\s*"), re.compile(r"\s+"))
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
-_URL = re.compile(r"https?://\S+")
+_URL = re.compile(r"https?://\S+|\S+/\S+")  # URLs and paths are not prose
 
 
 @dataclass
