@@ -102,6 +102,7 @@ class LlamaCppChatModel(ChatModel):
             raise ModelError(f"The prompt has {len(tokens)} tokens; the context window is {self.n_ctx}. "
                              "Shorten the question or the retrieved context, or raise n_ctx.")
         max_tokens = min(max_tokens, self.n_ctx - len(tokens))
+        # held while the caller iterates: consume the iterator or close() it to let the next call run
         with self._lock:
             yield from self._generate(tokens, list(stop or []) + template_stops, criteria, max_tokens, temperature)
 
@@ -130,7 +131,11 @@ class LlamaCppChatModel(ChatModel):
         self.last_usage = self._usage(len(tokens), sampled, started, first)
 
     def _usage(self, prompt_tokens: int, sampled: list[float], started: float, first: float | None) -> Usage:
-        """Token counts and timings of the call that just ended."""
+        """Token counts and timings of the call that just ended.
+
+        completion_tokens counts the tokens sampled, including the end-of-turn token when the model
+        stopped by itself; prefill speed comes from llama.cpp's own counters (tokens not in the KV cache).
+        """
         llama_cpp = _import_llama()
         perf = llama_cpp.llama_perf_context(self._llm._ctx.ctx)
         extra: dict[str, float] = {"ttft_s": (first or time.perf_counter()) - started, "load_s": self.load_s}
