@@ -1,0 +1,192 @@
+"""Offline evaluation: metrics on hand-made cases with known values, dataset parsing, the CI gate,
+the report, and one small real run through the real service (0.5B model)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from assistant.evaluate import metrics as M
+from assistant.evaluate.dataset import load_set
+from assistant.evaluate.gate import check
+from assistant.evaluate.gate import main as gate_main
+from assistant.evaluate.judge import parse_verdict
+from assistant.evaluate.report import write_report
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---- metrics -------------------------------------------------------------------------------------
+def test_fact_recall_alternatives_case_and_width() -> None:
+    facts = ["Megatron", "DeepSpeed", "流水线并行|pipeline", "TF_CONFIG"]
+    answer = "用 ＭＥＧＡＴＲＯＮ-LM 和 deepspeed；tf_config 设置集群。"  # full-width letters, other case
+    assert M.fact_recall(facts, answer) == pytest.approx(3 / 4)
+    assert M.fact_recall(["流水线并行|pipeline"], "Pipeline parallelism splits layers") == 1.0
+    assert M.fact_recall([], "anything") is None
+
+
+def test_refusal_accuracy() -> None:
+    assert M.refusal_correct("out_of_scope", True) == 1.0
+    assert M.refusal_correct("out_of_scope", False) == 0.0
+    assert M.refusal_correct("fact", False) == 1.0
+    assert M.refusal_correct("followup", True) == 0.0
+
+
+def test_retrieval_hits_by_path_suffix() -> None:
+    gold = ["framework-docs/deepspeed/docs/_tutorials/zero.md"]
+    ranked = ["corpus/notes/deepspeed.md", "/abs/framework-docs/deepspeed/docs/_tutorials/zero.md", "x.md"]
+    assert M.hit_at_k(ranked, gold, 1) == 0.0
+    assert M.hit_at_k(ranked, gold, 5) == 1.0
+    assert M.reciprocal_rank(ranked, gold) == 0.5
+    assert M.reciprocal_rank(["zero.md.bak", "other/zero.md"], gold) == 0.0  # suffix of the gold path is no hit
+    assert M.hit_at_k(ranked, [], 5) is None
+
+
+def test_citation_validity_and_source_hit() -> None:
+    assert M.citation_markers("A [1]. B [2, 3]【4】.") == [1, 2, 3, 4]
+    assert M.citation_validity("A [1]. B [2][7].", {1, 2}) == pytest.approx(2 / 3)
+    assert M.citation_validity("no markers", {1}) is None
+    assert M.citation_source_hit(["corpus/a.md", "docs/b.md"], ["b.md"]) == 1.0
+    assert M.citation_source_hit([], ["b.md"]) == 0.0
+
+
+def test_alce_recall_and_precision() -> None:
+    passages = {1: "zero stage 1 partitions optimizer states", 2: "the sky is blue", 3: "jax has jit and grad"}
+
+    def entail(premise: str, claim: str) -> bool:  # a claim is entailed when all its words are in the premise
+        return set(claim.lower().split()) <= set(premise.lower().split())
+
+    sents = [("stage 1 partitions optimizer states", [1, 2]),  # supported; [2] is an unneeded extra citation
+             ("jax has jit", [3]),  # supported, needed
+             ("the sky is green", [2]),  # not supported
+             ("grad", [])]  # no citation: not supported
+    recall, precision = M.alce_citation_scores(sents, passages, entail)
+    assert recall == pytest.approx(2 / 4)
+    assert precision == pytest.approx(2 / 4)  # needed: [1] of s1, [3] of s2; not: [2] of s1, [2] of s3
+    assert M.alce_citation_scores([], passages, entail) == (None, None)
+
+
+def test_a_case_that_must_score_zero() -> None:
+    answer = "The weather is nice today [8][9]."
+    assert M.fact_recall(["ZeRO", "optimizer state|优化器状态"], answer) == 0.0
+    assert M.citation_validity(answer, {1, 2, 3}) == 0.0
+    assert M.hit_at_k(["a.md", "b.md"], ["zero.md"], 5) == 0.0
+    assert M.reciprocal_rank(["a.md"], ["zero.md"]) == 0.0
+    assert M.citation_source_hit(["a.md"], ["zero.md"]) == 0.0
+    assert M.alce_citation_scores([("The weather is nice today", [8, 9])], {1: "x"}, lambda p, c: True) == (0.0, 0.0)
+    assert M.refusal_correct("fact", True) == 0.0
+
+
+def test_percentiles_and_aggregate() -> None:
+    assert M.percentile([1, 2, 3, 4, 5], 50) == 3
+    assert M.percentile([0, 10], 95) == 9.5
+    assert M.percentile([], 50) is None
+    rows = [
+        {"lang": "zh", "kind": "fact", "refused": False, "timings": {"ttft_ms": 100, "total_ms": 1000},
+         "metrics": {"fact_recall": 1.0, "refusal_accuracy": 1.0}},
+        {"lang": "en", "kind": "fact", "refused": False, "timings": {"ttft_ms": 300, "total_ms": 3000},
+         "metrics": {"fact_recall": 0.0, "refusal_accuracy": 1.0}},
+        {"lang": "en", "kind": "out_of_scope", "refused": True, "timings": {"ttft_ms": 5, "total_ms": 5},
+         "metrics": {"fact_recall": None, "refusal_accuracy": 0.0}},
+    ]
+    s = M.aggregate(rows)
+    assert s["n"] == 3 and s["fact_recall"] == 0.5 and s["refusal_accuracy"] == pytest.approx(0.6667)
+    assert s["ttft_ms_p50"] == 200  # refused cases do not count towards latency
+    assert s["by_lang"]["en"]["fact_recall"] == 0.0 and s["by_kind"]["out_of_scope"]["refusal_accuracy"] == 0.0
+    assert s["hit_at_1"] is None
+
+
+def test_parse_verdict() -> None:
+    assert parse_verdict(" Yes.") is True and parse_verdict("是的") is True
+    assert parse_verdict("No") is False and parse_verdict("否") is False and parse_verdict("不是") is False
+    assert parse_verdict("maybe") is None
+
+
+# ---- dataset -------------------------------------------------------------------------------------
+def test_dataset_skips_a_malformed_line_with_its_number(tmp_path: Path) -> None:
+    p = tmp_path / "set.jsonl"
+    p.write_text("\n".join([
+        json.dumps({"id": "a", "lang": "zh", "question": "什么是 FSDP？", "kind": "fact", "answer_facts": ["FSDP"],
+                    "source_files": ["x.md"], "extra": 1}, ensure_ascii=False),
+        "{not json",
+        json.dumps({"id": "b", "lang": "en", "turns": ["What is ZeRO?", "And stage 3?"], "kind": "followup"}),
+        json.dumps({"id": "c", "kind": "fact"}),
+        "",
+        json.dumps({"id": "d", "question": "q", "kind": "poetry"}),
+    ]), encoding="utf-8")
+    g = load_set(p)
+    assert [c.id for c in g.cases] == ["a", "b"]
+    assert g.cases[1].question == "And stage 3?" and g.cases[0].turns == ["什么是 FSDP？"]
+    assert [re.search(r"set\.jsonl:(\d+): ", x).group(1) for x in g.problems] == ["2", "4", "6"]
+    assert "question" in g.problems[1] and "poetry" in g.problems[2]
+    assert len(load_set(p, limit=1).cases) == 1
+
+
+def test_dataset_reads_the_real_sets() -> None:
+    smoke = load_set(REPO / "eval" / "smoke.jsonl")
+    assert len(smoke.cases) == 12 and not smoke.problems
+    advisor = load_set(REPO / "eval" / "advisor.jsonl")
+    assert advisor.is_advisor and len(advisor.scenarios) == 24 and not advisor.problems
+
+
+# ---- gate ----------------------------------------------------------------------------------------
+def test_gate_fails_on_a_low_metric(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = {"fact_recall": 0.3, "refusal_accuracy": 0.9, "ttft_ms_p95": 5000, "by_lang": {"zh": {"hit_at_5": 1.0}}}
+    thresholds = {"min": {"fact_recall": 0.5, "refusal_accuracy": 0.8, "by_lang.zh.hit_at_5": 0.9},
+                  "max": {"ttft_ms_p95": 8000}}
+    failures = check(summary, thresholds)
+    assert len(failures) == 1 and failures[0].startswith("fact_recall")
+    assert check({**summary, "fact_recall": 0.6}, thresholds) == []
+    assert check({**summary, "ttft_ms_p95": 9000, "fact_recall": 0.6}, thresholds)[0].startswith("ttft_ms_p95")
+    assert check({}, {"min": {"mrr": 0.1}})[0].startswith("mrr: missing")
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "t.json").write_text(json.dumps(thresholds))
+    assert gate_main(["--summary", str(tmp_path / "summary.json"), "--thresholds", str(tmp_path / "t.json")]) == 1
+    assert "fact_recall" in capsys.readouterr().err
+    (tmp_path / "t.json").write_text(json.dumps({"min": {"refusal_accuracy": 0.8}}))
+    assert gate_main(["--summary", str(tmp_path), "--thresholds", str(tmp_path / "t.json")]) == 0
+
+
+def test_repo_thresholds_are_well_formed() -> None:
+    t = json.loads((REPO / "eval" / "thresholds.json").read_text(encoding="utf-8"))
+    known = set(M.CASE_METRICS) | set(M.LATENCY_METRICS)
+    assert t["min"] and all(k.split(".")[-1] in known for k in {**t["min"], **t.get("max", {})})
+
+
+# ---- report --------------------------------------------------------------------------------------
+def test_report_is_self_contained_with_baseline_deltas(tmp_path: Path) -> None:
+    rows = [{"id": "x", "lang": "en", "kind": "fact", "question": "q", "turns": ["q"], "answer": "<b>a</b>",
+             "refused": False, "timings": {"ttft_ms": 900.0, "total_ms": 3000.0},
+             "metrics": {"fact_recall": 0.0, "refusal_accuracy": 1.0}}]
+    summary = {**M.aggregate(rows), "sets": ["s.jsonl"]}
+    out = tmp_path / "report.html"
+    write_report(out, rows, summary, baseline={**summary, "fact_recall": 0.5})
+    page = out.read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") == 3 and "&lt;b&gt;a&lt;/b&gt;" in page
+    assert "Difference from the baseline" in page and "-0.500" in page
+    assert "src='http" not in page and "<script" not in page
+
+
+# ---- a real run ----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_small_real_run_writes_the_three_files(service, tmp_path: Path) -> None:
+    from assistant.evaluate import run_eval
+
+    wanted = {"fact-zh-06", "oos-en-02"}
+    lines = [ln for ln in (REPO / "eval" / "smoke.jsonl").read_text(encoding="utf-8").splitlines()
+             if json.loads(ln)["id"] in wanted]
+    gold = tmp_path / "mini.jsonl"
+    gold.write_text("\n".join(lines) + "\n{broken\n", encoding="utf-8")
+    summary = run_eval(service, [gold], tmp_path / "out", progress=False)
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {"results.jsonl", "summary.json", "report.html"}
+    rows = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {r["id"] for r in rows} == wanted and summary["n"] == 2
+    assert len(summary["skipped_lines"]) == 1 and "mini.jsonl:3: " in summary["skipped_lines"][0]
+    oos = next(r for r in rows if r["id"] == "oos-en-02")
+    assert oos["refused"] and oos["metrics"]["refusal_accuracy"] == 1.0
+    fact = next(r for r in rows if r["id"] == "fact-zh-06")
+    assert fact["metrics"]["hit_at_5"] == 1.0  # the article is in the corpus index
+    assert set(M.CASE_METRICS) | set(M.LATENCY_METRICS) <= set(summary)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))["n"] == 2
