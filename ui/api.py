@@ -1,0 +1,136 @@
+"""Native HTTP API under /api plus the health and metrics routes. Routers only speak HTTP: parse,
+call AssistantService, shape the response. Blocking service calls run in the thread pool."""
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from sse_starlette.sse import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
+
+from assistant.errors import UserError
+from assistant.service import Event
+
+from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
+from .metrics import Metrics
+from .schemas import (
+    AskRequest,
+    ErrorResponse,
+    FeedbackRequest,
+    Passage,
+    SearchRequest,
+    SearchResponse,
+)
+from .streaming import open_stream
+
+router = APIRouter(prefix="/api", tags=["assistant"], responses={
+    413: {"model": ErrorResponse, "description": "Body or question too long"},
+    422: {"model": ErrorResponse, "description": "Invalid request"},
+    503: {"model": ErrorResponse, "description": "Model loading or queue full"},
+})
+health = APIRouter(tags=["operations"])
+
+
+def _not_found(what_en: str, what_zh: str) -> UserError:
+    return UserError("not_found", f"Unknown {what_en}.", f"未找到该{what_zh}。", 404)
+
+
+def event_payload(ev: Event) -> Any:
+    """JSON-ready data of one service event (sources are numbered n=1.. as in the prompt)."""
+    if ev.kind == "sources":
+        return [{"n": i, **h.to_dict()} for i, h in enumerate(ev.data, 1)]
+    if ev.kind == "token":
+        return {"text": ev.data}
+    if ev.kind == "citations":
+        return [c.to_dict() for c in ev.data]
+    if ev.kind == "done":
+        return ev.data.to_dict()
+    return ev.data
+
+
+async def _sse(events: AsyncIterator[Event], metrics: Metrics) -> AsyncIterator[dict[str, str]]:
+    async for ev in events:
+        if ev.kind == "done":
+            metrics.observe_answer(ev.data.timings, ev.data.refused)
+        yield {"event": ev.kind, "data": json.dumps(event_payload(ev), ensure_ascii=False)}
+
+
+@router.post("/ask", summary="Ask a question; a cited answer (JSON, or SSE with stream=true)")
+async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metrics: MetricsDep) -> Any:
+    lang = request_lang(request, body.question)
+    request.state.lang = lang
+    filters = body.filters.to_service() if body.filters else None
+    if body.stream:
+        events = await open_stream(service.ask_stream(body.question, body.session_id, filters), lang)
+        return EventSourceResponse(_sse(events, metrics), ping=15)
+    answer = await run_in_threadpool(service.ask, body.question, body.session_id, filters)
+    metrics.observe_answer(answer.timings, answer.refused)
+    return answer.to_dict()
+
+
+@router.post("/search", response_model=SearchResponse, summary="Hybrid search: ranked passages with scores")
+async def search(body: SearchRequest, request: Request, service: ReadyServiceDep) -> dict[str, Any]:
+    request.state.lang = request_lang(request, body.query)
+    filters = body.filters.to_service() if body.filters else None
+    hits = await run_in_threadpool(service.search, body.query, body.k, filters)
+    return {"query": body.query, "k": body.k, "results": [{"rank": i, **h.to_dict()} for i, h in enumerate(hits, 1)]}
+
+
+@router.get("/passages/{chunk_id}", response_model=Passage, summary="One passage with its source and line range")
+async def passage(chunk_id: str, service: ReadyServiceDep) -> dict[str, Any]:
+    chunk = service.passage(chunk_id)
+    if chunk is None:
+        raise _not_found("passage", "段落")
+    return chunk.to_dict()
+
+
+@router.get("/sessions/{session_id}", summary="A session's messages (with citations) and feedback")
+async def get_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
+    data = await run_in_threadpool(service.get_session, session_id)
+    if data is None:
+        raise _not_found("session", "会话")
+    return data
+
+
+@router.delete("/sessions/{session_id}", summary="Delete a session, its messages and feedback")
+async def delete_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
+    if not await run_in_threadpool(service.delete_session, session_id):
+        raise _not_found("session", "会话")
+    return {"deleted": session_id}
+
+
+@router.post("/feedback", summary="Rate an answer (up or down) with an optional comment")
+async def feedback(body: FeedbackRequest, service: ServiceDep) -> dict[str, Any]:
+    await run_in_threadpool(service.feedback, body.session_id, body.message_id, body.rating, body.comment)
+    return {"ok": True}
+
+
+@router.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+async def api_not_found(rest: str) -> None:
+    """Unknown /api paths answer JSON 404 (not the UI's page, which is mounted at /)."""
+    raise _not_found("API route", "接口")
+
+
+@health.get("/healthz", summary="The process is up")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@health.get("/readyz", summary="200 once the index and model are loaded, else 503")
+async def readyz(request: Request, service: ServiceDep) -> JSONResponse:
+    if service.ready():
+        return JSONResponse({"status": "ready"})
+    err = getattr(request.app.state, "load_error", None)
+    lang = request_lang(request)
+    message = err.message(lang) if err is not None else ("模型加载中…" if lang == "zh" else "Loading the model…")
+    return JSONResponse({"status": "failed" if err else "loading", "error": {
+        "code": err.code if err else "not_ready", "message": message}}, status_code=503)
+
+
+@health.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics_route(metrics: MetricsDep) -> Response:
+    body, ctype = metrics.render()
+    return Response(body, media_type=ctype)

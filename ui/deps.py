@@ -1,0 +1,47 @@
+"""FastAPI dependencies shared by the routers: the service, a readiness gate, and the user's language."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from assistant.errors import UserError
+from assistant.lang import detect_language
+from assistant.service import AssistantService
+
+from .metrics import Metrics
+
+
+def request_lang(request: Request, text: str | None = None) -> str:
+    """The language to answer errors in: the question's language, else Accept-Language, else English."""
+    if text and text.strip():
+        return detect_language(text)
+    if getattr(request.state, "lang", None):
+        return request.state.lang
+    accept = request.headers.get("accept-language", "").lower()
+    return "zh" if accept.startswith("zh") else "en"
+
+
+def get_service(request: Request) -> AssistantService:
+    return request.app.state.service
+
+
+def get_ready_service(request: Request) -> AssistantService:
+    """The service, or a 503 in the user's language while the model is still loading (or failed to)."""
+    svc: AssistantService = request.app.state.service
+    if not svc.ready():
+        failed = getattr(request.app.state, "load_error", None)
+        if failed is not None:
+            raise failed
+        raise UserError("not_ready", "The assistant is still loading its model; please retry in a moment.",
+                        "助手正在加载模型，请稍后重试。", 503)
+    return svc
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+ServiceDep = Annotated[AssistantService, Depends(get_service)]
+ReadyServiceDep = Annotated[AssistantService, Depends(get_ready_service)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]

@@ -1,0 +1,89 @@
+"""Prometheus metrics for the HTTP layer: request counts and latency by route, time to sources and to the
+first token, and the generation queue (length, total wait). One registry per app, so tests can build many."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import prometheus_client
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+prometheus_client.disable_created_metrics()  # no *_created series: less noise per scrape
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
+
+
+class _QueueCollector:
+    """Reads the service's generation queue at scrape time."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+
+    def collect(self) -> Any:
+        q = self.service.queue
+        yield GaugeMetricFamily("assistant_generation_queue_waiting", "Requests waiting for the model", value=q.waiting)
+        yield CounterMetricFamily("assistant_generation_queue_wait_seconds", "Total seconds spent waiting for the model",
+                                  value=q.total_wait_s)
+        yield CounterMetricFamily("assistant_generations", "Generations that got the model", value=q.served)
+        yield GaugeMetricFamily("assistant_ready", "1 when the index and model are loaded",
+                                value=1.0 if self.service.ready() else 0.0)
+
+
+class Metrics:
+    def __init__(self, service: Any) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("assistant_http_requests", "HTTP requests", ["route", "method", "status"],
+                                registry=self.registry)
+        self.latency = Histogram("assistant_http_request_seconds", "HTTP request latency (whole stream for SSE)",
+                                 ["route"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.ttft = Histogram("assistant_time_to_first_token_seconds", "Question received to first answer token",
+                              buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.sources = Histogram("assistant_time_to_sources_seconds", "Question received to retrieved sources",
+                                 buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.registry.register(_QueueCollector(service))
+
+    def observe_answer(self, timings: dict[str, float], refused: bool) -> None:
+        if timings.get("retrieval_ms") is not None:
+            self.sources.observe(timings["retrieval_ms"] / 1000)
+        if not refused and timings.get("ttft_ms"):
+            self.ttft.observe(timings["ttft_ms"] / 1000)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsMiddleware:
+    """Pure ASGI (safe with streaming): counts and times every /api, /v1 and health request by route template."""
+
+    PREFIXES = ("/api", "/v1", "/healthz", "/readyz", "/metrics")
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            name = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(name, scope["method"], str(status["code"])).inc()
+            self.metrics.latency.labels(name).observe(time.perf_counter() - t0)

@@ -1,0 +1,108 @@
+"""OpenAI-compatible routes under /v1: chat completions (plain and streamed) and the model list.
+
+The last user message is the question; `session_id` (or else `user`) names a session so follow-ups work.
+Citations are appended to the content as numbered footnotes and returned as a structured `citations` field
+(on the response, or on the final chunk when streaming). Earlier messages in `messages` are not replayed:
+history comes from the session. Sampling fields (temperature, max_tokens, ...) are ignored. No API key is
+checked: the server binds loopback by default; put a proxy with auth in front before exposing it.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from sse_starlette.sse import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
+
+from assistant.errors import UserError
+from assistant.types import Answer, Citation
+
+from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
+from .metrics import Metrics
+from .schemas import ChatCompletionRequest, ErrorResponse
+from .streaming import open_stream
+
+router = APIRouter(prefix="/v1", tags=["openai-compatible"], responses={
+    413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+
+
+def footnotes(citations: list[Citation]) -> str:
+    """'\\n\\n[1] title - source:10-20' lines, one per citation."""
+    if not citations:
+        return ""
+    lines = [f"[{c.n}] {c.title} - {c.source}:{c.lines[0]}-{c.lines[1]}" for c in citations]
+    return "\n\n" + "\n".join(lines)
+
+
+def _question(body: ChatCompletionRequest) -> str:
+    for msg in reversed(body.messages):
+        if msg.role == "user":
+            return msg.text()
+    raise UserError("no_user_message", "messages must contain a user message.", "messages 中必须有一条 user 消息。", 422)
+
+
+def _extras(answer: Answer) -> dict[str, Any]:
+    return {"citations": [c.to_dict() for c in answer.citations], "session_id": answer.session_id,
+            "message_id": answer.message_id, "refused": answer.refused, "timings": answer.timings}
+
+
+def _usage(answer: Answer) -> dict[str, int]:
+    p, c = answer.usage.get("prompt_tokens", 0), answer.usage.get("completion_tokens", 0)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _chunk(cid: str, model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, str]:
+    obj = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+    return {"data": json.dumps(obj, ensure_ascii=False)}
+
+
+async def _stream(events: AsyncIterator[Any], model: str, metrics: Metrics) -> AsyncIterator[dict[str, str]]:
+    cid = "chatcmpl-" + uuid.uuid4().hex[:24]
+    yield _chunk(cid, model, {"role": "assistant", "content": ""})
+    async for ev in events:
+        if ev.kind == "token":
+            yield _chunk(cid, model, {"content": ev.data})
+        elif ev.kind == "error":
+            yield {"data": json.dumps({"error": {**ev.data, "type": "server_error"}}, ensure_ascii=False)}
+            return
+        elif ev.kind == "done":
+            answer: Answer = ev.data
+            metrics.observe_answer(answer.timings, answer.refused)
+            yield _chunk(cid, model, {"content": footnotes(answer.citations)})
+            yield _chunk(cid, model, {}, "stop", usage=_usage(answer), answer=answer.answer, **_extras(answer))
+    yield {"data": "[DONE]"}
+
+
+@router.post("/chat/completions", summary="OpenAI-style chat completion with cited answers")
+async def chat_completions(body: ChatCompletionRequest, request: Request, service: ReadyServiceDep,
+                           metrics: MetricsDep) -> Any:
+    question = _question(body)
+    lang = request_lang(request, question)
+    request.state.lang = lang
+    session = body.session_id or body.user
+    model = body.model or service.settings.model
+    if body.stream:
+        events = await open_stream(service.ask_stream(question, session), lang)
+        return EventSourceResponse(_stream(events, model, metrics), ping=15)
+    answer = await run_in_threadpool(service.ask, question, session)
+    metrics.observe_answer(answer.timings, answer.refused)
+    return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
+            "model": model, "usage": _usage(answer), **_extras(answer),
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": answer.answer + footnotes(answer.citations)}}]}
+
+
+@router.get("/models", summary="The configured model")
+async def models(service: ServiceDep) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": service.settings.model, "object": "model", "created": 0,
+                                        "owned_by": "local"}]}
+
+
+@router.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+async def v1_not_found(rest: str) -> None:
+    raise UserError("not_found", "Unknown API route.", "未找到该接口。", 404)

@@ -1,0 +1,124 @@
+"""Request and response bodies of the HTTP API (pydantic). Validation of shape and bounds lives here;
+the question's length limit (settings.max_question_chars) is enforced by the service, which answers 413
+in the user's language. Whole-body size is capped by ui.server's body-limit middleware."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SessionId = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$",
+                  description="Session id from a previous answer; omit to start a new session.")
+
+
+class Filters(BaseModel):
+    """Restrict retrieval. Unknown framework names are a 422."""
+
+    model_config = ConfigDict(extra="forbid")
+    framework: list[str] | None = Field(default=None, max_length=10, examples=[["PyTorch", "DeepSpeed"]])
+    language: Literal["zh", "en"] | None = None
+    source: str | None = Field(default=None, max_length=300, description="substring of the source path")
+
+    def to_service(self) -> dict[str, Any] | None:
+        d = self.model_dump(exclude_none=True)
+        return d or None
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"question": "PyTorch 和 TensorFlow 哪个更适合做研究？", "stream": False},
+        {"question": "What does DeepSpeed ZeRO partition?", "filters": {"framework": ["DeepSpeed"]}, "stream": True},
+    ]})
+    question: str = Field(description="The question (Chinese or English); max settings.max_question_chars characters.")
+    session_id: str | None = SessionId
+    filters: Filters | None = None
+    stream: bool = Field(default=False, description="Server-Sent Events: sources, token..., citations, done")
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"query": "混合精度训练", "k": 5}, {"query": "pipeline parallelism", "k": 3, "filters": {"language": "en"}},
+    ]})
+    query: str = Field(description="Search text; max settings.max_question_chars characters.")
+    k: int = Field(default=5, ge=1, le=50)
+    filters: Filters | None = None
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"session_id": "3f2a9c0d1e2b4a5c", "message_id": "9b8c7d6e5f4a3b2c", "rating": "up", "comment": "clear"},
+    ]})
+    session_id: str = Field(max_length=128)
+    message_id: str = Field(max_length=128)
+    rating: Literal["up", "down"]
+    comment: str = Field(default="", max_length=2000)
+
+
+class SearchResult(BaseModel):
+    rank: int
+    chunk_id: str
+    score: float
+    dense: float
+    keyword: float
+    source: str
+    path: str
+    title: str
+    heading_path: list[str]
+    lines: list[int]
+    language: str
+    frameworks: list[str]
+    text: str
+
+
+class SearchResponse(BaseModel):
+    query: str
+    k: int
+    results: list[SearchResult]
+
+
+class Passage(BaseModel):
+    id: str
+    text: str
+    source: str
+    url: str
+    title: str
+    heading_path: list[str]
+    language: str
+    frameworks: list[str]
+    lines: list[int]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+# ---- OpenAI-compatible ------------------------------------------------------------------------
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):  # content parts: keep the text ones
+            return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+        return self.content or ""
+
+
+class ChatCompletionRequest(BaseModel):
+    """The OpenAI body; sampling fields are accepted and ignored (the server's settings decide)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
+        {"model": "fast", "messages": [{"role": "user", "content": "飞桨适合什么场景？"}]},
+        {"model": "fast", "stream": True, "session_id": "demo-1",
+         "messages": [{"role": "user", "content": "Which framework suits a small research team?"}]},
+    ]})
+    model: str = Field(default="", max_length=200)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=100)
+    stream: bool = False
+    session_id: str | None = SessionId
+    user: str | None = Field(default=None, max_length=128, description="Used as the session id when session_id is absent")

@@ -1,0 +1,189 @@
+"""The one ASGI app: FastAPI with the native API (/api), the OpenAI-compatible API (/v1), health and metrics,
+OpenAPI docs (/docs) and the Gradio UI mounted at /. Owns start-up (the model loads once, in a thread, so
+/healthz answers meanwhile), the request-body limit and the JSON error shape {"error": {"code", "message"}}
+in the user's language. `serve()` runs it under uvicorn, bound to loopback unless told otherwise."""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from assistant.errors import UserError
+from assistant.llm.base import ModelError
+from assistant.service import AssistantService
+from assistant.settings import Settings
+
+from . import api, openai_compat
+from .deps import request_lang
+from .metrics import Metrics, MetricsMiddleware
+
+log = logging.getLogger("ui.server")
+LIMITED_PREFIXES = ("/api", "/v1")
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+class BodyLimitMiddleware:
+    """Rejects API request bodies over `limit` bytes with 413 (by Content-Length, or while reading a chunked body)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    def _reject(self, scope: Scope) -> JSONResponse:
+        zh = any(h == b"accept-language" and v.lower().startswith(b"zh") for h, v in scope.get("headers", []))
+        msg = (f"请求体过大（最多 {self.limit} 字节）。" if zh else f"Request body too large (max {self.limit} bytes).")
+        return error_response(413, "body_too_large", msg)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(LIMITED_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            await self._reject(scope)(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while scope["method"] in ("POST", "PUT", "PATCH"):
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._reject(scope)(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _validation_message(exc: RequestValidationError, lang: str) -> tuple[int, str, str]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return 400, "bad_json", "请求体不是有效的 JSON。" if lang == "zh" else "The request body is not valid JSON."
+    parts = []
+    for e in errors[:5]:
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
+    prefix = "请求无效：" if lang == "zh" else "Invalid request: "
+    return 422, "invalid_request", prefix + "; ".join(parts)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, exc: UserError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message(request_lang(request)))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        body = exc.body if isinstance(exc.body, dict) else {}
+        text = body.get("question") or body.get("query")
+        lang = request_lang(request, text if isinstance(text, str) else None)
+        status, code, message = _validation_message(exc, lang)
+        return error_response(status, code, message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        lang = request_lang(request)
+        if exc.status_code == 404:
+            message = "未找到。" if lang == "zh" else "Not found."
+        else:
+            message = str(exc.detail)
+        return error_response(exc.status_code, f"http_{exc.status_code}", message)
+
+    @app.exception_handler(ModelError)
+    async def model_error(request: Request, exc: ModelError) -> JSONResponse:
+        log.error("model error: %s", exc)
+        zh = request_lang(request) == "zh"
+        return error_response(503, "model_error", ("模型不可用：" if zh else "The model is unavailable: ") + str(exc))
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        zh = request_lang(request) == "zh"
+        return error_response(500, "internal_error", "服务器内部错误，请稍后重试。" if zh else "Internal error; please retry.")
+
+
+def _load_in_background(app: FastAPI, service: AssistantService) -> threading.Thread:
+    def run() -> None:
+        try:
+            service.load(warm=True)
+            log.info("model and index loaded; ready")
+        except UserError as exc:
+            app.state.load_error = exc
+            log.error("start-up failed: %s", exc.en)
+        except Exception as exc:
+            log.exception("start-up failed")
+            app.state.load_error = UserError("load_failed", f"Start-up failed: {exc}", f"启动失败：{exc}", 503)
+
+    thread = threading.Thread(target=run, name="assistant-load", daemon=True)
+    thread.start()
+    return thread
+
+
+def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = True) -> FastAPI:
+    """The app around one service. `load=False` skips start-up loading (the caller has loaded it)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        thread = _load_in_background(app, service) if load and not service.ready() else None
+        yield
+        if thread is not None:
+            thread.join(timeout=30)
+        service.close()
+
+    app = FastAPI(title="Framework Advisor (框架选型助手) API", version="1.0", lifespan=lifespan,
+                  description="Cited answers about AI training frameworks from local documents. Native API under "
+                  "/api (SSE streaming with stream=true), OpenAI-compatible API under /v1, chat UI at /. "
+                  "No API key is required: the server binds 127.0.0.1 by default.")
+    app.state.service = service
+    app.state.load_error = None
+    app.state.metrics = Metrics(service)
+    app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    _install_error_handlers(app)
+    app.include_router(api.health)
+    app.include_router(api.router)
+    app.include_router(openai_compat.router)
+    if with_ui:
+        from .web import mount_ui
+
+        app = mount_ui(app, service)
+    return app
+
+
+def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host = host or settings.host
+    port = port or settings.port
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("binding %s: the API has no authentication; put an authenticating proxy in front", host)
+    app = create_app(AssistantService(settings))
+    log.info("serving on http://%s:%d (UI /, API /api, OpenAI /v1, docs /docs)", host, port)
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)

@@ -1,0 +1,248 @@
+"""The Gradio chat UI (mounted on the FastAPI app at /). It calls AssistantService in-process, like the API.
+
+Owns: the chat tab (streamed answers, a sources panel that fills as soon as retrieval is done, [n] links that
+open their passage, a status line with timings, new chat, thumbs up/down), the zh/en interface switch, and
+the slot for the Advisor tab (ui/advisor_tab.py, written separately, imported when present).
+Retrieved text and model output are data: both are HTML-escaped before rendering.
+"""
+from __future__ import annotations
+
+import html
+import logging
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry calls
+
+import gradio as gr
+from fastapi import FastAPI
+
+from assistant.errors import UserError
+from assistant.service import AssistantService
+from assistant.types import Answer, Citation, Hit
+
+# ---- Advisor tab slot: ui/advisor_tab.py provides build_advisor_tab(service, lang_state) ------------------
+try:
+    from .advisor_tab import build_advisor_tab
+except ImportError:  # the Advisor tab is optional
+    build_advisor_tab = None
+
+log = logging.getLogger("ui.web")
+
+TEXT: dict[str, dict[str, str]] = {
+    "zh": {"title": "## 框架选型助手 · Framework Advisor\n基于本地文档回答 AI 训练框架选型问题，每句话都标注来源。",
+           "chat_tab": "问答", "advisor_tab": "选型顾问", "question": "你的问题",
+           "placeholder": "例如：PyTorch 和 TensorFlow 哪个更适合做研究？", "send": "发送", "new": "新对话",
+           "up": "👍 有帮助", "down": "👎 没帮助", "sources": "### 来源", "chatbot": "对话", "examples": "示例问题",
+           "retrieving": "检索中…", "generating": "生成中…", "ready": "就绪。",
+           "done": "完成 · 检索 {r:.0f} ms · 首字 {f:.0f} ms · 总计 {t:.1f} s",
+           "no_sources": "没有检索到相关来源。", "loading": "助手正在加载模型，请稍后重试。",
+           "error": "出错了：{m}", "internal": "服务器内部错误，请稍后重试。",
+           "fb_saved": "已记录你的反馈，谢谢！", "fb_none": "还没有可以评价的回答。",
+           "lines": "行", "score": "相关度", "cited": "已引用", "lang": "界面语言"},
+    "en": {"title": "## Framework Advisor · 框架选型助手\nCited answers about choosing an AI training framework, "
+                    "from local documents.",
+           "chat_tab": "Chat", "advisor_tab": "Advisor", "question": "Your question",
+           "placeholder": "e.g. Which framework suits research, PyTorch or TensorFlow?", "send": "Send",
+           "new": "New chat", "up": "👍 Helpful", "down": "👎 Not helpful", "sources": "### Sources",
+           "chatbot": "Conversation", "examples": "Example questions", "retrieving": "Retrieving…",
+           "generating": "Generating…", "ready": "Ready.",
+           "done": "Done · retrieval {r:.0f} ms · first token {f:.0f} ms · total {t:.1f} s",
+           "no_sources": "No relevant sources found.", "loading": "The assistant is still loading its model; "
+           "please retry in a moment.", "error": "Error: {m}", "internal": "Internal error; please retry.",
+           "fb_saved": "Feedback saved, thank you!", "fb_none": "No answer to rate yet.",
+           "lines": "lines", "score": "score", "cited": "cited", "lang": "Interface language"},
+}
+
+EXAMPLES = [
+    ["PyTorch 和 TensorFlow 哪个更适合做研究？"],
+    ["DeepSpeed 的 ZeRO 是什么？"],
+    ["飞桨适合什么场景？"],
+    ["Which framework is best for training very large models on many GPUs?"],
+    ["What is JAX good for?"],
+]
+
+CSS = """
+#fa-sources details { border: 1px solid var(--border-color-primary); border-radius: 6px; padding: 6px 10px;
+  margin-bottom: 6px; }
+#fa-sources details.fa-cited summary b { color: var(--color-accent); }
+#fa-sources details.fa-flash { outline: 3px solid var(--color-accent); }
+#fa-sources .fa-meta { font-size: 0.85em; opacity: 0.8; margin: 4px 0; word-break: break-all; }
+#fa-sources .fa-text { white-space: pre-wrap; font-size: 0.9em; }
+a.fa-cite { text-decoration: none; font-weight: 600; }
+"""
+
+# [n] links: open the passage's <details> in the sources panel and scroll to it (capture phase, so the
+# chat's own link handling, which would open a new tab, never sees the click).
+HEAD = """<script>
+(function () {
+  function openSource(n) {
+    var el = document.getElementById('src-' + n);
+    if (!el) return;
+    el.open = true;
+    el.classList.add('fa-flash');
+    el.scrollIntoView({behavior: 'smooth', block: 'center'});
+    setTimeout(function () { el.classList.remove('fa-flash'); }, 2000);
+  }
+  document.addEventListener('click', function (e) {
+    var a = e.target && e.target.closest ? e.target.closest('a[href^="#src-"]') : null;
+    if (!a) return;
+    e.preventDefault();
+    e.stopPropagation();
+    openSource(a.getAttribute('href').slice(5));
+  }, true);
+})();
+</script>"""
+
+_CITE = re.compile(r"\[(\d{1,2})\]")
+
+
+def link_citations(text: str) -> str:
+    """Escape the answer and turn each [n] into a link to its source panel entry."""
+    return _CITE.sub(lambda m: f'<a class="fa-cite" href="#src-{m.group(1)}">[{m.group(1)}]</a>', html.escape(text))
+
+
+def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = None) -> str:
+    t = TEXT[lang]
+    if not hits:
+        return f"<p>{t['no_sources']}</p>"
+    cited = {c.n: c for c in citations or []}
+    out = []
+    for n, h in enumerate(hits, 1):
+        c = h.chunk
+        where = html.escape(c.url or c.source)
+        path = " › ".join(html.escape(p) for p in c.heading_path)
+        mark = f" · {t['cited']}" if n in cited else ""
+        snippet = html.escape(c.text if len(c.text) <= 900 else c.text[:900] + "…")
+        out.append(
+            f'<details id="src-{n}" class="fa-src{" fa-cited" if n in cited else ""}">'
+            f"<summary><b>[{n}]</b> {html.escape(c.title)}{' — ' + path if path else ''}{mark}</summary>"
+            f'<div class="fa-meta">{where} · {t["lines"]} {c.lines[0]}–{c.lines[1]} · {t["score"]} {h.score:.3f}</div>'
+            f'<div class="fa-text">{snippet}</div></details>')
+    return "\n".join(out)
+
+
+def status_done(answer: Answer, lang: str) -> str:
+    tm = answer.timings
+    return TEXT[lang]["done"].format(r=tm.get("retrieval_ms", 0), f=tm.get("ttft_ms", 0), t=tm.get("total_ms", 0) / 1000)
+
+
+class ChatHandlers:
+    """The UI's event handlers; each is a thin call into the service."""
+
+    def __init__(self, service: AssistantService) -> None:
+        self.service = service
+
+    def respond(self, question: str, history: list[dict[str, Any]], session_id: str, lang: str) -> Iterator[tuple]:
+        t = TEXT[lang]
+        history = list(history or [])
+        if not (question or "").strip():
+            yield history, gr.skip(), gr.skip(), session_id, gr.skip(), gr.skip()
+            return
+        history += [{"role": "user", "content": question}, {"role": "assistant", "content": "…"}]
+        if not self.service.ready():
+            history[-1]["content"] = t["loading"]
+            yield history, gr.skip(), t["loading"], session_id, gr.skip(), ""
+            return
+        yield history, "", t["retrieving"], session_id, "", ""
+        hits: list[Hit] = []
+        raw = ""
+        try:
+            for ev in self.service.ask_stream(question, session_id or None):
+                if ev.kind == "sources":
+                    hits = ev.data
+                    yield history, sources_html(hits, lang), t["generating"], session_id, "", ""
+                elif ev.kind == "token":
+                    raw += ev.data
+                    history[-1]["content"] = html.escape(raw)
+                    yield history, gr.skip(), gr.skip(), session_id, gr.skip(), gr.skip()
+                elif ev.kind == "done":
+                    ans: Answer = ev.data
+                    history[-1]["content"] = link_citations(ans.answer)
+                    yield (history, sources_html(hits, lang, ans.citations), status_done(ans, lang),
+                           ans.session_id, ans.message_id, "")
+        except UserError as exc:
+            history[-1]["content"] = "⚠️ " + exc.message(lang)
+            yield history, gr.skip(), t["error"].format(m=exc.message(lang)), session_id, gr.skip(), gr.skip()
+        except Exception:
+            log.exception("chat failed")
+            history[-1]["content"] = "⚠️ " + t["internal"]
+            yield history, gr.skip(), t["error"].format(m=t["internal"]), session_id, gr.skip(), gr.skip()
+
+    def rate(self, rating: str, session_id: str, message_id: str, lang: str) -> str:
+        t = TEXT[lang]
+        if not session_id or not message_id:
+            return t["fb_none"]
+        try:
+            self.service.feedback(session_id, message_id, rating)
+        except UserError as exc:
+            return t["error"].format(m=exc.message(lang))
+        return t["fb_saved"]
+
+
+def build_ui(service: AssistantService) -> gr.Blocks:
+    h = ChatHandlers(service)
+    t = TEXT["zh"]
+    with gr.Blocks(title="框架选型助手 · Framework Advisor") as demo:
+        lang_state = gr.State("zh")
+        session_state = gr.State("")
+        message_state = gr.State("")
+        with gr.Row():
+            title = gr.Markdown(t["title"], elem_id="fa-title")
+            lang_radio = gr.Radio([("中文", "zh"), ("English", "en")], value="zh", label=t["lang"],
+                                  elem_id="fa-lang", scale=0, min_width=220)
+        with gr.Tabs():
+            with gr.Tab(t["chat_tab"], id="chat") as chat_tab, gr.Row():
+                with gr.Column(scale=3):
+                    chatbot = gr.Chatbot(label=t["chatbot"], height=460, elem_id="fa-chat",
+                                         feedback_options=None, sanitize_html=True)
+                    status = gr.Markdown(t["ready"], elem_id="fa-status")
+                    with gr.Row():
+                        box = gr.Textbox(label=t["question"], placeholder=t["placeholder"], scale=5,
+                                         max_length=service.settings.max_question_chars, elem_id="fa-question")
+                        send = gr.Button(t["send"], variant="primary", scale=1, elem_id="fa-send")
+                    with gr.Row():
+                        new_chat = gr.Button(t["new"], size="sm", elem_id="fa-new")
+                        up = gr.Button(t["up"], size="sm", elem_id="fa-up")
+                        down = gr.Button(t["down"], size="sm", elem_id="fa-down")
+                        fb_status = gr.Markdown("", elem_id="fa-feedback")
+                    gr.Examples(EXAMPLES, inputs=box, label=f"{TEXT['zh']['examples']} / {TEXT['en']['examples']}")
+                with gr.Column(scale=2):
+                    sources_title = gr.Markdown(t["sources"])
+                    sources = gr.HTML("", elem_id="fa-sources")
+            advisor_tab = None
+            if build_advisor_tab is not None:  # ---- Advisor tab (ui/advisor_tab.py) ----
+                with gr.Tab(t["advisor_tab"], id="advisor") as advisor_tab:
+                    build_advisor_tab(service, lang_state)
+
+        outputs = [chatbot, sources, status, session_state, message_state, box]
+        inputs = [box, chatbot, session_state, lang_state]
+        box.submit(h.respond, inputs, outputs)
+        send.click(h.respond, inputs, outputs)
+        new_chat.click(lambda lang: ([], "", TEXT[lang]["ready"], "", "", ""), [lang_state],
+                       [chatbot, sources, status, session_state, message_state, fb_status])
+        up.click(lambda s, m, lang: h.rate("up", s, m, lang), [session_state, message_state, lang_state], fb_status)
+        down.click(lambda s, m, lang: h.rate("down", s, m, lang), [session_state, message_state, lang_state], fb_status)
+
+        def switch(lang: str) -> tuple:
+            t = TEXT[lang]
+            tabs = [gr.update(label=t["advisor_tab"])] if advisor_tab is not None else []
+            return (lang, gr.update(value=t["title"]), gr.update(label=t["lang"]), gr.update(label=t["chat_tab"]),
+                    gr.update(label=t["chatbot"]), gr.update(value=t["ready"]),
+                    gr.update(label=t["question"], placeholder=t["placeholder"]), gr.update(value=t["send"]),
+                    gr.update(value=t["new"]), gr.update(value=t["up"]), gr.update(value=t["down"]),
+                    gr.update(value=t["sources"]), *tabs)
+
+        lang_radio.change(switch, lang_radio, [lang_state, title, lang_radio, chat_tab, chatbot, status, box, send,
+                                               new_chat, up, down, sources_title]
+                          + ([advisor_tab] if advisor_tab is not None else []))
+    return demo
+
+
+def mount_ui(app: FastAPI, service: AssistantService) -> FastAPI:
+    theme = gr.themes.Soft(font=["system-ui", "WenQuanYi Zen Hei", "sans-serif"], font_mono=["monospace"])
+    return gr.mount_gradio_app(app, build_ui(service), path="/", css=CSS, head=HEAD, theme=theme,
+                               footer_links=["api"], server_name=service.settings.host,
+                               server_port=service.settings.port)
