@@ -1,0 +1,208 @@
+"""The Advisor: from a team's situation to a ranked, cited framework recommendation.
+
+`advise(service, scenario)` parses the scenario (Scenario, dict or free text), resolves the rubric's facts to
+passages of the index (rubric.py), scores every candidate, and assembles an `Advice`: the ranking with
+reasons, a candidate x criterion table in which every cell cites a passage, what would change the top choice
+(the rubric re-run with one field changed), and the article's trial plan for the two top candidates.
+Deterministic and model-free: it uses `service.search` only, never the language model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..types import Citation
+from .rubric import CandidateScore, Fact, Rubric, load_rubric, resolve_facts, score
+from .scenario import HARDWARE, STAGES, Scenario, parse_free_text, to_scenario
+
+__all__ = ["Advice", "Scenario", "advise", "parse_free_text", "load_rubric"]
+
+
+@dataclass
+class Advice:
+    ranking: list[dict[str, Any]]
+    table: dict[str, Any]
+    what_would_change: list[dict[str, Any]]
+    trial_plan: dict[str, Any]
+    citations: list[dict[str, Any]]
+    scenario: dict[str, Any]
+    language: str
+    summary: str = ""
+    dropped_facts: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "ranking": self.ranking, "table": self.table,
+                "what_would_change": self.what_would_change, "trial_plan": self.trial_plan,
+                "citations": self.citations, "scenario": self.scenario, "language": self.language,
+                "dropped_facts": self.dropped_facts}
+
+
+class _Citations:
+    """Numbers passages 1..N in order of first use; one number per passage."""
+
+    def __init__(self, resolved: dict[str, Any]) -> None:
+        self.resolved = resolved
+        self.by_chunk: dict[str, int] = {}
+        self.records: list[dict[str, Any]] = []
+
+    def cite(self, fact: Fact) -> int:
+        hit = self.resolved[fact.id]
+        c = hit.chunk
+        if c.id not in self.by_chunk:
+            n = len(self.records) + 1
+            self.by_chunk[c.id] = n
+            snippet = c.text if len(c.text) <= 400 else c.text[:400] + "…"
+            self.records.append(Citation(n, c.id, c.title, list(c.heading_path), c.url or c.source, list(c.lines),
+                                         snippet, round(float(hit.dense), 4), True).to_dict() | {"path": c.source})
+        return self.by_chunk[c.id]
+
+
+def advise(service: Any, scenario: Scenario | dict[str, Any] | str) -> Advice:
+    sc = to_scenario(scenario)
+    rubric = load_rubric()
+    resolved = resolve_facts(service, rubric, sc.lang)
+    ranked = score(rubric, sc, resolved)
+    cites = _Citations(resolved)
+    lang = sc.lang
+    ranking = [_ranking_entry(rubric, cs, cites, lang) for cs in ranked]
+    table = _table(rubric, ranked, cites, lang)
+    for entry, row in zip(ranking, table["rows"], strict=True):
+        nums = sorted({n for r in entry["reasons"] for n in r["citations"]} |
+                      {n for cell in row["cells"].values() for n in cell["citations"]})
+        entry["citations"] = [cites.records[n - 1] for n in nums]
+    changes = what_would_change(rubric, sc, resolved, ranked, cites)
+    plan = _trial_plan(rubric, ranked, cites, lang)
+    dropped = sorted(f.id for f in rubric.facts if f.id not in resolved)
+    return Advice(ranking, table, changes, plan, cites.records, sc.to_dict(), lang,
+                  _summary(ranked, lang), dropped)
+
+
+# ---- ranking and table ---------------------------------------------------------------------------
+def _ranking_entry(rubric: Rubric, cs: CandidateScore, cites: _Citations, lang: str) -> dict[str, Any]:
+    weighted = [(rubric.weights[c] * f.points, f) for c, fs in cs.facts.items() for f in fs if f.points]
+    pros = sorted((w for w in weighted if w[0] > 0), key=lambda w: (-w[0], w[1].id))[:4]
+    cons = sorted((w for w in weighted if w[0] < 0), key=lambda w: (w[0], w[1].id))[:2]
+    reasons = [{"text": f.claim[lang], "citations": [cites.cite(f)], "criterion": f.criterion, "points": f.points}
+               for _, f in pros + cons]
+    return {"name": cs.name, "score": cs.total, "criteria": dict(cs.criteria), "reasons": reasons, "citations": []}
+
+
+def _cell_facts(rubric: Rubric, cs: CandidateScore, criterion: str, resolved: dict[str, Any]) -> tuple[list[Fact], bool]:
+    """Applicable facts of a cell; when none applies, one resolved reference fact (marked as not scored)."""
+    facts = sorted(cs.facts[criterion], key=lambda f: (-abs(f.points), f.id))
+    if facts:
+        return facts, True
+    pool = [f for f in rubric.facts if f.candidate == cs.name and f.criterion == criterion and f.id in resolved]
+    pool.sort(key=lambda f: (f.points != 0, f.id))
+    if pool:
+        return pool[:1], False
+    return ([rubric.trial_fact] if rubric.trial_fact.id in resolved else []), False
+
+
+def _table(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> dict[str, Any]:
+    criteria = list(rubric.weights)
+    rows = []
+    for cs in ranked:
+        cells = {}
+        for crit in criteria:
+            facts, scored = _cell_facts(rubric, cs, crit, cites.resolved)
+            prefix = "" if scored else ("（本场景不计分）" if lang == "zh" else "(not scored here) ")
+            cells[crit] = {"score": cs.criteria[crit], "text": prefix + " ".join(f.claim[lang] for f in facts[:3]),
+                           "citations": sorted({cites.cite(f) for f in facts[:3]})}
+        rows.append({"name": cs.name, "score": cs.total, "cells": cells})
+    labels = {c: rubric.criteria[c][lang] for c in criteria}
+    return {"criteria": criteria, "labels": labels, "weights": dict(rubric.weights), "rows": rows}
+
+
+# ---- what would change ---------------------------------------------------------------------------
+_FIELD_LABELS = {"zh": {"hardware": "硬件", "stage": "项目阶段", "known_frameworks": "团队熟悉的框架", "goals": "目标",
+                        "model_scale": "模型规模"},
+                 "en": {"hardware": "hardware", "stage": "stage", "known_frameworks": "team's framework", "goals": "goals",
+                        "model_scale": "model scale"}}
+_VALUE_LABELS = {"zh": {"cpu": "仅 CPU", "few_gpus": "少量 GPU", "gpu_cluster": "GPU 集群", "tpu": "TPU", "npu": "国产 NPU（如昇腾）",
+                        "research": "研究", "prototype": "原型验证", "production": "规模化生产", "localisation": "国产化",
+                        "mobile": "移动端部署"},
+                 "en": {"cpu": "CPU only", "few_gpus": "a few GPUs", "gpu_cluster": "a GPU cluster", "tpu": "TPUs",
+                        "npu": "NPUs (e.g. Ascend)", "research": "research", "prototype": "a prototype",
+                        "production": "production", "localisation": "localisation", "mobile": "mobile deployment"}}
+
+
+def _variations(sc: Scenario) -> list[tuple[str, Any, Scenario]]:
+    out: list[tuple[str, Any, Scenario]] = []
+    out += [("hardware", h, sc.replace(hardware=h)) for h in HARDWARE if h != sc.hardware]
+    out += [("stage", s, sc.replace(stage=s)) for s in STAGES if s != sc.stage]
+    for fw in ("PyTorch", "TensorFlow", "PaddlePaddle", "JAX"):
+        if sc.known_frameworks != [fw]:
+            out.append(("known_frameworks", fw, sc.replace(known_frameworks=[fw])))
+    for goal in ("localisation", "mobile"):
+        if goal not in sc.goals:
+            out.append(("goals", goal, sc.replace(goals=[*sc.goals, goal])))
+    params = sc.params
+    if params is None or params < 1e11:
+        out.append(("model_scale", "175B", sc.replace(model_scale="175B")))
+    if params is None or params >= 1e10:
+        out.append(("model_scale", "300M", sc.replace(model_scale="300M")))
+    return out
+
+
+def what_would_change(rubric: Rubric, sc: Scenario, resolved: dict[str, Any], ranked: list[CandidateScore],
+                      cites: _Citations, limit: int = 6) -> list[dict[str, Any]]:
+    """Re-run the rubric with one field changed; report the changes that change the top choice."""
+    lang, top = sc.lang, ranked[0]
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for fld, value, alt in _variations(sc):
+        new = score(rubric, alt, resolved)[0]
+        if new.name == top.name or (fld, new.name) in seen:
+            continue
+        facts = sorted((f for fs in new.facts.values() for f in fs if f.points > 0 and _depends_on(f, fld)),
+                       key=lambda f: (-f.points, f.id))[:2]
+        if not facts:
+            continue
+        seen.add((fld, new.name))
+        out.append({"text": _change_text(lang, fld, value, new.name, top.name), "field": fld, "value": value,
+                    "new_top": new.name, "citations": sorted({cites.cite(f) for f in facts})})
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _depends_on(fact: Fact, fld: str) -> bool:
+    keys = {"hardware": ("hardware", "not_hardware"), "stage": ("stage",), "known_frameworks": ("team",),
+            "goals": ("goals",), "model_scale": ("min_params", "max_params")}[fld]
+    return any(k in fact.when for k in keys)
+
+
+def _change_text(lang: str, fld: str, value: Any, new: str, old: str) -> str:
+    v = _VALUE_LABELS[lang].get(str(value), str(value))
+    f = _FIELD_LABELS[lang][fld]
+    if lang == "zh":
+        return f"如果{f}是{v}，{new} 会排第一（而不是 {old}）。"
+    return f"If your {f} were {v}, {new} would rank first instead of {old}."
+
+
+# ---- trial plan and summary ----------------------------------------------------------------------
+def _trial_plan(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> dict[str, Any]:
+    a, b = ranked[0].name, ranked[1].name
+    tp = rubric.trial_plan
+    if lang == "zh":
+        steps = ["从你们自己的业务数据里取一个有代表性的小子集。",
+                 f"在 {a} 和 {b} 上各实现同一个简化版训练 Pipeline（数据加载、模型、训练循环、评估）。",
+                 "在目标硬件上跑相同的步数，记录下面的指标。",
+                 "结合团队熟悉度和上面的对比表做最终决定。"]
+    else:
+        steps = ["Take a small, representative subset of your own data.",
+                 f"Implement the same simplified training pipeline (data loading, model, training loop, evaluation) "
+                 f"on {a} and on {b}.",
+                 "Run the same number of steps on your target hardware and record the measures below.",
+                 "Decide with the team's familiarity and the table above in mind."]
+    cited = [cites.cite(rubric.trial_fact)] if rubric.trial_fact.id in cites.resolved else []
+    return {"candidates": [a, b], "text": tp[lang], "steps": steps, "measure": list(tp["measure"][lang]),
+            "citations": cited}
+
+
+def _summary(ranked: list[CandidateScore], lang: str) -> str:
+    a, b = ranked[0], ranked[1]
+    if lang == "zh":
+        return f"推荐 {a.name}（得分 {a.total:.2f}），其次是 {b.name}（{b.total:.2f}）。"
+    return f"Recommended: {a.name} (score {a.total:.2f}); runner-up: {b.name} ({b.total:.2f})."
