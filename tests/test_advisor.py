@@ -198,3 +198,22 @@ def test_cli_json_and_text(adv_service, capsys):
     assert text.startswith("Recommended: JAX") and "Sources:" in text and "[1]" in text
     assert run_advise(adv_service, p.parse_args(["--rubric"])) == 0
     assert "weights: team 0.25" in capsys.readouterr().out
+
+
+def test_empty_scenario_is_a_user_error(adv_service):
+    with pytest.raises(UserError):
+        advise(adv_service, {"text": "", "lang": "zh"})
+
+
+def test_ui_tab_renders_anchors_to_passages(adv_service):
+    pytest.importorskip("gradio")
+    from ui.advisor_tab import render_advice_html, scenario_from_form
+
+    sc = scenario_from_form("", ["JAX"], "research", "tpu", "rl", "", [], "en")
+    assert sc == {"text": "", "lang": "en", "stage": "research", "hardware": "tpu", "domain": "rl", "known_frameworks": ["JAX"]}
+    page = render_advice_html(advise(adv_service, sc).to_dict())
+    import re
+
+    refs = set(re.findall(r"href='#adv-cite-(\d+)'", page))
+    ids = set(re.findall(r"id='adv-cite-(\d+)'", page))
+    assert refs and refs <= ids and "<table class='adv-table'>" in page

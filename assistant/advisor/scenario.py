@@ -230,7 +230,7 @@ def to_scenario(value: Scenario | dict[str, Any] | str) -> Scenario:
     if isinstance(value, Scenario):
         value.validate()
         return value
-    if isinstance(value, dict):
+    if isinstance(value, dict) and any(v for k, v in value.items() if k not in ("lang", "params")):
         return Scenario.from_dict(value)
     if isinstance(value, str) and value.strip():
         return parse_free_text(value)

@@ -1,0 +1,120 @@
+"""The Advisor tab of the Gradio UI: a scenario form, and the ranked, cited result rendered as HTML.
+
+All logic lives in the service: the tab collects the form into a scenario dict, calls
+`service.advise(...).to_dict()` and renders it. Every [n] links to a <details id="adv-cite-n"> that shows
+the passage's title, heading path, snippet, source and lines. Labels are bilingual (中文 / English);
+the result follows the interface language held in `lang_state`.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import gradio as gr
+
+from assistant.errors import UserError
+
+KNOWN = ["PyTorch", "TensorFlow", "PaddlePaddle", "JAX"]
+STAGES = [("研究 / Research", "research"), ("原型验证 / Prototype", "prototype"), ("规模化生产 / Production", "production")]
+HARDWARE = [("仅 CPU / CPU only", "cpu"), ("少量 GPU / A few GPUs", "few_gpus"), ("GPU 集群 / GPU cluster", "gpu_cluster"),
+            ("TPU", "tpu"), ("国产 NPU（昇腾等）/ NPU (Ascend, ...)", "npu")]
+DOMAINS = [("通用 / General", "general"), ("中文 NLP / Chinese NLP", "chinese_nlp"), ("计算机视觉 / CV", "cv"),
+           ("科学计算 / Scientific", "scientific"), ("强化学习 / RL", "rl"), ("大模型预训练 / LLM pre-training", "llm_pretrain"),
+           ("大模型微调 / LLM fine-tuning", "llm_finetune")]
+GOALS = [("国产化 / Localisation", "localisation"), ("移动端 / Mobile", "mobile"), ("服务端 / Server", "server"),
+         ("长序列 / Long sequences", "long_sequence"), ("MoE", "moe"), ("显存受限 / Memory-limited", "memory_limited"),
+         ("Google Cloud", "cloud:gcp")]
+UNSET = ("— 从描述推断 / infer from text —", "")
+
+
+def build_advisor_tab(service: Any, lang_state: Any = None) -> None:
+    """Build the tab's components inside the caller's gr.Blocks / gr.Tab context."""
+    gr.Markdown("### 选型顾问 / Framework Advisor\n描述你的团队和项目，得到带引用的排序、对比表和试验计划。"
+                " / Describe your team and project to get a cited ranking, a comparison table and a trial plan.")
+    with gr.Row():
+        with gr.Column(scale=2):
+            text = gr.Textbox(label="情况描述 / Description", lines=3, elem_id="adv-text",
+                              placeholder="例如：5人初创团队，熟悉 PyTorch，只有几张 GPU，想微调 7B 模型 / "
+                                          "e.g. a startup that knows PyTorch fine-tuning a 7B model on a few GPUs")
+            known = gr.CheckboxGroup(KNOWN, label="团队熟悉的框架 / Frameworks the team knows", elem_id="adv-known")
+            goals = gr.CheckboxGroup(GOALS, label="长期目标 / Goals", elem_id="adv-goals")
+        with gr.Column(scale=1):
+            stage = gr.Dropdown([UNSET, *STAGES], value="", label="项目阶段 / Stage", elem_id="adv-stage")
+            hardware = gr.Dropdown([UNSET, *HARDWARE], value="", label="硬件 / Hardware", elem_id="adv-hardware")
+            domain = gr.Dropdown([UNSET, *DOMAINS], value="", label="领域 / Domain", elem_id="adv-domain")
+            scale = gr.Textbox(label="模型规模 / Model scale", placeholder="7B, 300M, 千亿", elem_id="adv-scale")
+            button = gr.Button("给出建议 / Advise", variant="primary", elem_id="adv-run")
+    result = gr.HTML("", elem_id="adv-result")
+    inputs = [text, known, stage, hardware, domain, scale, goals, lang_state if lang_state is not None else gr.State("zh")]
+    button.click(lambda *a: run(service, *a), inputs, result)
+
+
+def scenario_from_form(text: str, known: list[str], stage: str, hardware: str, domain: str, scale: str,
+                       goals: list[str], lang: str) -> dict[str, Any]:
+    d: dict[str, Any] = {"text": text or "", "lang": lang if lang in ("zh", "en") else "zh"}
+    for key, val in (("stage", stage), ("hardware", hardware), ("domain", domain), ("model_scale", (scale or "").strip())):
+        if val:
+            d[key] = val
+    if known:
+        d["known_frameworks"] = list(known)
+    if goals:
+        d["goals"] = list(goals)
+    return d
+
+
+def run(service: Any, text: str, known: list[str], stage: str, hardware: str, domain: str, scale: str,
+        goals: list[str], lang: str) -> str:
+    scenario = scenario_from_form(text, known, stage, hardware, domain, scale, goals, lang)
+    try:
+        return render_advice_html(service.advise(scenario).to_dict())
+    except UserError as exc:
+        return f"<p class='adv-error'>{html.escape(exc.message(scenario['lang']))}</p>"
+
+
+# ---- rendering -----------------------------------------------------------------------------------
+def _refs(nums: list[int]) -> str:
+    return "".join(f"<a href='#adv-cite-{n}' class='adv-ref'>[{n}]</a>" for n in nums)
+
+
+def _e(s: Any) -> str:
+    return html.escape(str(s))
+
+
+def render_advice_html(a: dict[str, Any]) -> str:
+    zh = a["language"] == "zh"
+    parts = [f"<div class='adv'><p><b>{_e(a.get('summary', ''))}</b></p>", "<ol class='adv-ranking'>"]
+    for r in a["ranking"]:
+        reasons = "".join(f"<li>{_e(x['text'])} {_refs(x['citations'])}</li>" for x in r["reasons"])
+        parts.append(f"<li><b>{_e(r['name'])}</b> <code>{r['score']:.3f}</code><ul>{reasons}</ul></li>")
+    parts.append("</ol>")
+    parts.append(_table_html(a["table"], zh))
+    if a["what_would_change"]:
+        items = "".join(f"<li>{_e(w['text'])} {_refs(w['citations'])}</li>" for w in a["what_would_change"])
+        parts.append(f"<h4>{'什么会改变结论' if zh else 'What would change the answer'}</h4><ul>{items}</ul>")
+    tp = a["trial_plan"]
+    steps = "".join(f"<li>{_e(s)}</li>" for s in tp["steps"])
+    parts.append(f"<h4>{'试验计划' if zh else 'Trial plan'}</h4><p>{_e(tp['text'])} {_refs(tp['citations'])}</p>"
+                 f"<ol>{steps}</ol><p>{'测量' if zh else 'Measure'}: {_e(', '.join(tp['measure']))}</p>")
+    parts.append(f"<h4>{'来源' if zh else 'Sources'}</h4>" + "".join(_citation_html(c) for c in a["citations"]))
+    return "".join(parts) + "</div>"
+
+
+def _table_html(table: dict[str, Any], zh: bool) -> str:
+    crits = table["criteria"]
+    head = "".join(f"<th>{_e(table['labels'][c])}<br><small>×{table['weights'][c]:.2f}</small></th>" for c in crits)
+    rows = []
+    for row in table["rows"]:
+        cells = "".join(f"<td title='{_e(row['cells'][c]['text'])}'><b>{row['cells'][c]['score']:.2f}</b> "
+                        f"{_refs(row['cells'][c]['citations'])}<br><small>{_e(row['cells'][c]['text'])}</small></td>"
+                        for c in crits)
+        rows.append(f"<tr><th>{_e(row['name'])}</th>{cells}</tr>")
+    first = "候选" if zh else "Candidate"
+    return f"<table class='adv-table'><thead><tr><th>{first}</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _citation_html(c: dict[str, Any]) -> str:
+    path = c.get("path") or c["source"]
+    heading = " › ".join(c["heading_path"])
+    return (f"<details id='adv-cite-{c['n']}' class='adv-cite'><summary>[{c['n']}] {_e(c['title'])} — {_e(heading)}</summary>"
+            f"<blockquote>{_e(c['snippet'])}</blockquote><p><code>{_e(path)}:{c['lines'][0]}-{c['lines'][1]}</code>"
+            f" <small>{_e(c['source'])}</small></p></details>")
