@@ -35,7 +35,7 @@ TEXT: dict[str, dict[str, str]] = {
     "zh": {"title": "## 框架选型助手 · Framework Advisor\n基于本地文档回答 AI 训练框架选型问题，每句话都标注来源。",
            "chat_tab": "问答", "advisor_tab": "选型顾问", "question": "你的问题",
            "placeholder": "例如：PyTorch 和 TensorFlow 哪个更适合做研究？", "send": "发送", "new": "新对话",
-           "up": "👍 有帮助", "down": "👎 没帮助", "sources": "### 来源", "chatbot": "对话", "examples": "示例问题",
+           "up": "▲ 有帮助", "down": "▼ 没帮助", "sources": "### 来源", "chatbot": "对话", "examples": "示例问题",
            "retrieving": "检索中…", "generating": "生成中…", "ready": "就绪。",
            "done": "完成 · 检索 {r:.0f} ms · 首字 {f:.0f} ms · 总计 {t:.1f} s",
            "no_sources": "没有检索到相关来源。", "loading": "助手正在加载模型，请稍后重试。",
@@ -46,7 +46,7 @@ TEXT: dict[str, dict[str, str]] = {
                     "from local documents.",
            "chat_tab": "Chat", "advisor_tab": "Advisor", "question": "Your question",
            "placeholder": "e.g. Which framework suits research, PyTorch or TensorFlow?", "send": "Send",
-           "new": "New chat", "up": "👍 Helpful", "down": "👎 Not helpful", "sources": "### Sources",
+           "new": "New chat", "up": "▲ Helpful", "down": "▼ Not helpful", "sources": "### Sources",
            "chatbot": "Conversation", "examples": "Example questions", "retrieving": "Retrieving…",
            "generating": "Generating…", "ready": "Ready.",
            "done": "Done · retrieval {r:.0f} ms · first token {f:.0f} ms · total {t:.1f} s",
@@ -113,7 +113,7 @@ def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = 
     for n, h in enumerate(hits, 1):
         c = h.chunk
         where = html.escape(c.url or c.source)
-        path = " › ".join(html.escape(p) for p in c.heading_path)
+        path = " › ".join(html.escape(p) for p in c.heading_path if p != c.title)
         mark = f" · {t['cited']}" if n in cited else ""
         snippet = html.escape(c.text if len(c.text) <= 900 else c.text[:900] + "…")
         out.append(
@@ -164,11 +164,11 @@ class ChatHandlers:
                     yield (history, sources_html(hits, lang, ans.citations), status_done(ans, lang),
                            ans.session_id, ans.message_id, "")
         except UserError as exc:
-            history[-1]["content"] = "⚠️ " + exc.message(lang)
+            history[-1]["content"] = "⚠ " + exc.message(lang)
             yield history, gr.skip(), t["error"].format(m=exc.message(lang)), session_id, gr.skip(), gr.skip()
         except Exception:
             log.exception("chat failed")
-            history[-1]["content"] = "⚠️ " + t["internal"]
+            history[-1]["content"] = "⚠ " + t["internal"]
             yield history, gr.skip(), t["error"].format(m=t["internal"]), session_id, gr.skip(), gr.skip()
 
     def rate(self, rating: str, session_id: str, message_id: str, lang: str) -> str:
