@@ -116,9 +116,13 @@ def _generation(service: Any) -> str:
 
 
 def resolve(service: Any, fact: Fact, lang: str) -> Any | None:
-    """The Hit supporting the fact, preferring passages in `lang`; None when no passage matches."""
-    for filters in ({"source": fact.source, "language": lang}, {"source": fact.source}):
-        for hit in service.search(fact.query, k=5, filters=filters):
+    """The Hit supporting the fact, preferring passages in `lang`; None when no passage matches.
+
+    The evidence query is tried first, then the claim itself (robust to chunking changes)."""
+    queries = [fact.query] + [fact.claim[k] for k in (lang, "en", "zh") if fact.claim.get(k)]
+    for query, filters in ((q, f) for q in dict.fromkeys(queries)
+                           for f in ({"source": fact.source, "language": lang}, {"source": fact.source})):
+        for hit in service.search(query, k=5, filters=filters):
             low = hit.chunk.text.lower()
             if hit.chunk.source.endswith(fact.source) and any(m.lower() in low for m in fact.match):
                 return hit
