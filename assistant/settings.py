@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     # retrieval and answers
     top_k: int = 5
     context_token_budget: int = 700
-    dense_weight: float = 0.7
+    dense_weight: float = 0.2
     refusal_threshold: float = 0.45
     support_threshold: float = 0.35
     history_token_budget: int = 600
