@@ -125,7 +125,11 @@ def test_health_ready_and_docs(http: httpx.Client) -> None:
 def test_metrics_after_requests(http: httpx.Client) -> None:
     http.post("/api/search", json={"query": "混合精度", "k": 2})
     http.post("/api/ask", json={"question": OUT_OF_SCOPE_ZH})
+    with http.stream("POST", "/api/ask", json={"question": OUT_OF_SCOPE_EN, "stream": True}) as r:
+        assert [k for k, _ in sse_events(r)] == ["sources", "token", "citations", "done"]  # refusal: one token
     text = http.get("/metrics").text
+    ttft = [line for line in text.splitlines() if line.startswith("assistant_time_to_first_token_seconds_count")]
+    assert ttft and float(ttft[0].split()[-1]) >= 2
     assert 'assistant_http_requests_total{method="POST",route="/api/search",status="200"}' in text
     assert 'route="/api/ask"' in text
     assert "assistant_http_request_seconds_bucket" in text

@@ -3,7 +3,8 @@ call AssistantService, shape the response. Blocking service calls run in the thr
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -15,7 +16,6 @@ from assistant.errors import UserError
 from assistant.service import Event
 
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
-from .metrics import Metrics
 from .schemas import (
     AskRequest,
     ErrorResponse,
@@ -51,10 +51,9 @@ def event_payload(ev: Event) -> Any:
     return ev.data
 
 
-async def _sse(events: AsyncIterator[Event], metrics: Metrics) -> AsyncIterator[dict[str, str]]:
+async def _sse(events: AsyncIterator[Event], on_event: Callable[[str], None]) -> AsyncIterator[dict[str, str]]:
     async for ev in events:
-        if ev.kind == "done":
-            metrics.observe_answer(ev.data.timings, ev.data.refused)
+        on_event(ev.kind)
         yield {"event": ev.kind, "data": json.dumps(event_payload(ev), ensure_ascii=False)}
 
 
@@ -64,10 +63,11 @@ async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metr
     request.state.lang = lang
     filters = body.filters.to_service() if body.filters else None
     if body.stream:
+        on_event = metrics.stream_observer(time.perf_counter())
         events = await open_stream(service.ask_stream(body.question, body.session_id, filters), lang)
-        return EventSourceResponse(_sse(events, metrics), ping=15)
+        return EventSourceResponse(_sse(events, on_event), ping=15)
     answer = await run_in_threadpool(service.ask, body.question, body.session_id, filters)
-    metrics.observe_answer(answer.timings, answer.refused)
+    metrics.observe_answer(answer.timings)
     return answer.to_dict()
 
 

@@ -3,6 +3,7 @@ first token, and the generation queue (length, total wait). One registry per app
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import prometheus_client
@@ -49,11 +50,24 @@ class Metrics:
                                  buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_QueueCollector(service))
 
-    def observe_answer(self, timings: dict[str, float], refused: bool) -> None:
+    def observe_answer(self, timings: dict[str, float]) -> None:
         if timings.get("retrieval_ms") is not None:
             self.sources.observe(timings["retrieval_ms"] / 1000)
-        if not refused and timings.get("ttft_ms"):
+        if timings.get("ttft_ms"):  # a refusal's first token is its message, right after retrieval
             self.ttft.observe(timings["ttft_ms"] / 1000)
+
+    def stream_observer(self, t0: float) -> Callable[[str], None]:
+        """For streams: observe time to sources and to the first token as the events pass (even if the
+        client leaves before the end). `t0` is perf_counter() when the request arrived."""
+        seen: set[str] = set()
+
+        def on_event(kind: str) -> None:
+            if kind in seen or kind not in ("sources", "token"):
+                return
+            seen.add(kind)
+            (self.sources if kind == "sources" else self.ttft).observe(time.perf_counter() - t0)
+
+        return on_event
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

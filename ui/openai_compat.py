@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -22,7 +22,6 @@ from assistant.errors import UserError
 from assistant.types import Answer, Citation
 
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
-from .metrics import Metrics
 from .schemas import ChatCompletionRequest, ErrorResponse
 from .streaming import open_stream
 
@@ -61,10 +60,11 @@ def _chunk(cid: str, model: str, delta: dict[str, Any], finish: str | None = Non
     return {"data": json.dumps(obj, ensure_ascii=False)}
 
 
-async def _stream(events: AsyncIterator[Any], model: str, metrics: Metrics) -> AsyncIterator[dict[str, str]]:
+async def _stream(events: AsyncIterator[Any], model: str, on_event: Callable[[str], None]) -> AsyncIterator[dict[str, str]]:
     cid = "chatcmpl-" + uuid.uuid4().hex[:24]
     yield _chunk(cid, model, {"role": "assistant", "content": ""})
     async for ev in events:
+        on_event(ev.kind)
         if ev.kind == "token":
             yield _chunk(cid, model, {"content": ev.data})
         elif ev.kind == "error":
@@ -72,7 +72,6 @@ async def _stream(events: AsyncIterator[Any], model: str, metrics: Metrics) -> A
             return
         elif ev.kind == "done":
             answer: Answer = ev.data
-            metrics.observe_answer(answer.timings, answer.refused)
             yield _chunk(cid, model, {"content": footnotes(answer.citations)})
             yield _chunk(cid, model, {}, "stop", usage=_usage(answer), answer=answer.answer, **_extras(answer))
     yield {"data": "[DONE]"}
@@ -87,10 +86,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
     session = body.session_id or body.user
     model = body.model or service.settings.model
     if body.stream:
+        on_event = metrics.stream_observer(time.perf_counter())
         events = await open_stream(service.ask_stream(question, session), lang)
-        return EventSourceResponse(_stream(events, model, metrics), ping=15)
+        return EventSourceResponse(_stream(events, model, on_event), ping=15)
     answer = await run_in_threadpool(service.ask, question, session)
-    metrics.observe_answer(answer.timings, answer.refused)
+    metrics.observe_answer(answer.timings)
     return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
             "model": model, "usage": _usage(answer), **_extras(answer),
             "choices": [{"index": 0, "finish_reason": "stop", "message": {
