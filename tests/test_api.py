@@ -32,12 +32,13 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m assistant serve` on a free loopback port; start() waits for /readyz."""
 
-    def __init__(self, index_dir: Path, state_dir: Path, log_path: Path, max_answer_tokens: int = 96) -> None:
+    def __init__(self, index_dir: Path, state_dir: Path, log_path: Path, max_answer_tokens: int = 96,
+                 **env: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.env = {**os.environ, "ASSISTANT_INDEX_DIR": str(index_dir), "ASSISTANT_STATE_DIR": str(state_dir),
-                    "ASSISTANT_MODEL": "fast", "ASSISTANT_MAX_ANSWER_TOKENS": str(max_answer_tokens)}
+                    "ASSISTANT_MODEL": "fast", "ASSISTANT_MAX_ANSWER_TOKENS": str(max_answer_tokens), **env}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 300) -> None:
@@ -179,6 +180,9 @@ def test_malformed_bodies_get_reasons(http: httpx.Client) -> None:
     assert r.status_code == 413 and "too long" in error_of(r)["message"]
     r = http.post("/api/ask", json={"question": "x" * 70_000})
     assert r.status_code == 413 and error_of(r)["code"] == "body_too_large"
+    chunked = (part for part in (b'{"question": "', b"x" * 40_000, b"y" * 40_000, b'"}'))  # no Content-Length
+    r = http.post("/api/ask", content=chunked, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and error_of(r)["code"] == "body_too_large"
     r = http.post("/api/search", json={"query": "ZeRO", "k": 0})
     assert r.status_code == 422 and "k" in error_of(r)["message"]
     r = http.post("/api/search", json={"query": "ZeRO", "k": 51})
@@ -314,3 +318,21 @@ def test_sessions_and_feedback_survive_restart(server: ServerProcess) -> None:
         sess = http.get(f"/api/sessions/{sid}").json()
     assert [m["id"] for m in sess["messages"]][-1] == mid
     assert sess["feedback"] == [{**sess["feedback"][0], "message_id": mid, "rating": "up"}]
+
+
+@pytest.mark.slow
+def test_queue_full_is_a_readable_503_and_an_error_event(corpus_index: Path, tmp_path: Path) -> None:
+    srv = ServerProcess(corpus_index, tmp_path, tmp_path / "server.log", ASSISTANT_MAX_QUEUE="0")
+    srv.start()
+    try:
+        with httpx.Client(base_url=srv.base, timeout=120) as http:
+            r = http.post("/api/ask", json={"question": IN_SCOPE_ZH})
+            assert r.status_code == 503 and error_of(r) == {"code": "queue_full", "message": "助手正忙（排队已满），请稍后重试。"}
+            with http.stream("POST", "/api/ask", json={"question": IN_SCOPE_EN, "stream": True}) as s:
+                events = list(sse_events(s))
+            assert [k for k, _ in events] == ["sources", "error"]
+            assert events[1][1] == {"code": "queue_full",
+                                    "message": "The assistant is busy (queue full); please retry in a moment."}
+            assert http.post("/api/search", json={"query": "ZeRO"}).status_code == 200  # search needs no queue
+    finally:
+        srv.stop()

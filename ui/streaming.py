@@ -24,6 +24,14 @@ def _next(gen: Iterator[Event]) -> object:
     return next(gen, _END)
 
 
+def localize(ev: Event, lang: str) -> Event:
+    """An error event from the service carries both languages; clients get {code, message} in theirs."""
+    if ev.kind != "error" or not isinstance(ev.data, dict):
+        return ev
+    d = ev.data
+    return Event("error", {"code": d.get("code", "error"), "message": d.get(f"message_{lang}", d.get("message", ""))})
+
+
 def error_event(exc: BaseException, lang: str) -> Event:
     if isinstance(exc, UserError):
         return Event("error", {"code": exc.code, "message": exc.message(lang)})
@@ -40,7 +48,7 @@ async def open_stream(gen: Iterator[Event], lang: str) -> AsyncIterator[Event]:
         try:
             if first is _END:
                 return
-            yield first  # type: ignore[misc]
+            yield localize(first, lang)  # type: ignore[arg-type]
             while True:
                 try:
                     ev = await run_in_threadpool(_next, gen)
@@ -49,7 +57,7 @@ async def open_stream(gen: Iterator[Event], lang: str) -> AsyncIterator[Event]:
                     return
                 if ev is _END:
                     return
-                yield ev  # type: ignore[misc]
+                yield localize(ev, lang)  # type: ignore[arg-type]
         finally:
             with anyio.CancelScope(shield=True):
                 await run_in_threadpool(gen.close)
