@@ -37,12 +37,15 @@ def group_chart(groups: dict[str, dict[str, Any]], title: str) -> str:
     fig, ax = plt.subplots(figsize=(11, 3.8))
     width = 0.8 / max(1, len(names))
     for i, g in enumerate(names):
-        vals = [groups[g].get(m) or 0.0 for m in SHOWN]
+        vals = [groups[g].get(m) for m in SHOWN]  # None (metric does not apply) draws no bar and no label
         xs = [x + i * width for x in range(len(SHOWN))]
-        ax.bar(xs, vals, width, label=f"{g} (n={groups[g].get('n', 0)})")
+        ax.bar(xs, [float("nan") if v is None else v for v in vals], width, label=f"{g} (n={groups[g].get('n', 0)})")
+        for x, v in zip(xs, vals, strict=True):
+            if v is not None:
+                ax.text(x, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=6)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(SHOWN))])
     ax.set_xticklabels(SHOWN, rotation=25, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.1)
     ax.set_title(title)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
@@ -58,7 +61,7 @@ def latency_chart(rows: list[dict[str, Any]]) -> str:
 
     answered = [r for r in rows if not r.get("refused") and r.get("timings")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
-    for ax, key in zip(axes, ("ttft_ms", "total_ms")):
+    for ax, key in zip(axes, ("ttft_ms", "total_ms"), strict=True):
         vals = [r["timings"][key] / 1000 for r in answered if r["timings"].get(key) is not None]
         ax.hist(vals, bins=min(20, max(3, len(vals))), color="#4a7ab5")
         ax.set_title(f"{key} (s), answered cases n={len(vals)}")
