@@ -100,7 +100,8 @@ class CitationChecker:
             result.dropped_numbers.extend(n for n in nums if n not in valid)
             nums = [n for n in dict.fromkeys(nums) if n in valid]
             if not is_factual(text):
-                out_sents.append(text)
+                if re.search(r"[\w\u4e00-\u9fff]", text):  # drop debris such as a lone "." left by the model
+                    out_sents.append(text)
                 continue
             result.factual_sentences += 1
             keep = [n for n in nums if support[i, by_n[n][0]] >= self.threshold]
@@ -133,7 +134,7 @@ class CitationChecker:
 
 def _record(src: Source, snippet: str, score: float) -> Citation:
     c = src.hit.chunk
-    return Citation(n=src.n, chunk_id=c.id, title=c.title, heading_path=list(c.heading_path), source=c.url or c.source,
+    return Citation(n=src.n, chunk_id=c.id, title=c.title, heading_path=list(c.heading_path), source=c.source,
                     lines=list(c.lines), snippet=snippet.strip()[:400], support=round(score, 4), supported=True)
 
 

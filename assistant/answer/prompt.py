@@ -44,9 +44,8 @@ class Source:
 
 
 def format_source(s: Source) -> str:
-    c = s.hit.chunk
-    where = " > ".join(c.heading_path[-2:]) or c.title
-    return f"[{s.n}] ({where})\n{s.text.strip()}"
+    # Only the number and the text: small models copy any header they are shown into the answer.
+    return f"[{s.n}] {' '.join(s.text.split())}"
 
 
 def build_messages(question: str, sources: list[Source], lang: str,
