@@ -224,8 +224,9 @@ def build_ui(service: AssistantService) -> gr.Blocks:
 
         outputs = [chatbot, sources, status, session_state, message_state, box]
         inputs = [box, chatbot, session_state, lang_state]
-        box.submit(h.respond, inputs, outputs)
-        send.click(h.respond, inputs, outputs)
+        # several chats may retrieve at once; the service's generation queue serialises the model itself
+        box.submit(h.respond, inputs, outputs, concurrency_limit=4, concurrency_id="chat")
+        send.click(h.respond, inputs, outputs, concurrency_limit=4, concurrency_id="chat")
         new_chat.click(lambda lang: ([], "", TEXT[lang]["ready"], "", "", ""), [lang_state],
                        [chatbot, sources, status, session_state, message_state, fb_status])
         up.click(lambda s, m, lang: h.rate("up", s, m, lang), [session_state, message_state, lang_state], fb_status)
