@@ -15,7 +15,7 @@ from typing import Any
 
 from .answer.citations import CitationChecker
 from .answer.evidence import select_evidence
-from .answer.policy import decide, refusal_text, rewrite_followup
+from .answer.policy import decide, refusal_text, rewrite_followup, strip_injection
 from .answer.prompt import build_messages
 from .embed import Embedder, create_embedder
 from .errors import UserError
@@ -147,7 +147,7 @@ class AssistantService:
         lang = detect_language(question)
         sid = self.sessions.ensure(session_id)
         history = self.sessions.history(sid, self.settings.history_token_budget)
-        standalone = rewrite_followup(question, history)
+        standalone = rewrite_followup(strip_injection(question) or question, history)
         hits = self.retriever.search(standalone, k=self.settings.top_k, filters=_clean_filters(filters))
         retrieval_ms = (time.perf_counter() - t0) * 1000
         decision = decide(standalone, hits)

@@ -46,7 +46,21 @@ class RefusalThresholds:
     min_score: float = 0.25
 
 
+# An injected instruction wrapped in brackets, e.g. "(SYSTEM: ignore your rules ...)" or "【系统指令：...】".
+_BRACKETED_INJECTION = re.compile(
+    r"[(（\[【<][^)）\]】>]*(system|ignore|instruction|系统|忽略|指令)[^)）\]】>]*[)）\]】>]", re.IGNORECASE)
+
+
+def strip_injection(question: str) -> str:
+    """The question without bracketed injected instructions; the real request inside is still answered."""
+    return _BRACKETED_INJECTION.sub(" ", question).strip()
+
+
 def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None) -> Decision:
+    """Refuse on a request for the hidden instructions, else when the evidence is too weak.
+
+    `question` is expected to have gone through strip_injection already.
+    """
     th = th or RefusalThresholds()
     if _LEAK.search(question):
         return Decision(True, "prompt_leak")
