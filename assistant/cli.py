@@ -58,7 +58,9 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         if not p.exists():
             raise UserError("path_not_found", f"Path not found: {p}", f"路径不存在：{p}")
     emb = create_embedder(s.embedder, s.threads)
-    log = (lambda m: print(m, file=sys.stderr))
+    def log(message: str) -> None:
+        print(message, file=sys.stderr)
+
     report = build_index(index_dir, roots, emb, chunk_tokens=args.chunk_tokens, progress=not args.no_progress, log=log)
     if args.json:
         _print_json(report.to_dict())

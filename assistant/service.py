@@ -23,7 +23,7 @@ from .genqueue import GenerationQueue
 from .index.snapshot import IndexSnapshot, current_generation
 from .lang import detect_language
 from .llm.base import ChatModel
-from .retrieval import Retriever, RetrievalParams
+from .retrieval import RetrievalParams, Retriever
 from .sessions import SessionStore
 from .settings import Settings, load_settings
 from .types import Answer, Chunk, Citation, Hit

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..index.keyword import tokenize
 from ..frameworks import expand_terms
+from ..index.keyword import tokenize
 from ..types import Hit
 from .prompt import Source
 from .text import split_sentences

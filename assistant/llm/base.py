@@ -50,10 +50,10 @@ class ChatModel(ABC):
         """Tokens of text under this model's tokenizer; engines with a tokenizer override this."""
         return estimate_tokens(text)
 
-    def warmup(self) -> None:
+    def warmup(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Load weights and process a fixed prompt prefix ahead of the first request."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free the model's memory."""
 
 
