@@ -47,6 +47,7 @@ class AssistantService:
         self.sessions = SessionStore(Path(self.settings.state_dir) / "assistant.db")
         self.queue = GenerationQueue(self.settings.max_queue)
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
+        self._loaded = False  # set once load() has finished warming the model
 
     # ---- loading ------------------------------------------------------------------------------
     @property
@@ -100,9 +101,11 @@ class AssistantService:
                 llm.warmup(SYSTEM_PROMPT)  # type: ignore[call-arg]
             except TypeError:
                 llm.warmup()
+        self._loaded = True
 
     def ready(self) -> bool:
-        return self._retriever is not None and self._llm is not None
+        """True once load() finished: index open, model loaded and warmed."""
+        return self._loaded
 
     def stats(self) -> dict[str, Any]:
         snap = self.retriever.snap

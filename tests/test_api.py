@@ -198,6 +198,21 @@ def test_malformed_bodies_get_reasons(http: httpx.Client) -> None:
     assert r.status_code == 422 and error_of(r)["code"] == "no_user_message"
 
 
+def test_advise_route_ranks_and_cites(http: httpx.Client) -> None:
+    r = http.post("/api/advise", json={"text": "我们需要国产化，硬件是昇腾 NPU，做中文 NLP", "lang": "zh"}, timeout=300)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["ranking"][0]["name"] == "PaddlePaddle"
+    numbers = {c["n"] for c in body["citations"]}
+    for row in body["table"]["rows"]:
+        for cell in row["cells"].values():
+            assert cell["citations"] and set(cell["citations"]) <= numbers
+    bad = http.post("/api/advise", json={})
+    assert bad.status_code == 422 and error_of(bad)["code"] == "empty_scenario"
+    bad = http.post("/api/advise", json={"hardware": "quantum"})
+    assert bad.status_code == 422
+
+
 def test_unknown_ids_are_404(http: httpx.Client) -> None:
     for r in (http.get("/api/sessions/no-such-session"), http.delete("/api/sessions/no-such-session"),
               http.get("/api/passages/no-such-chunk"), http.get("/api/no-such-route"), http.get("/v1/nothing")):

@@ -17,6 +17,7 @@ from assistant.service import Event
 
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import (
+    AdviseRequest,
     AskRequest,
     ErrorResponse,
     FeedbackRequest,
@@ -69,6 +70,17 @@ async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metr
     answer = await run_in_threadpool(service.ask, body.question, body.session_id, filters)
     metrics.observe_answer(answer.timings)
     return answer.to_dict()
+
+
+@router.post("/advise", summary="The Advisor: a ranked, cited recommendation and a trial plan for a team's situation")
+async def advise(body: AdviseRequest, request: Request, service: ServiceDep) -> dict[str, Any]:
+    request.state.lang = body.lang or request_lang(request, body.text)
+    scenario = {k: v for k, v in body.model_dump().items() if v not in (None, "", [])}
+    if not scenario:
+        raise UserError("empty_scenario", "Describe the situation: give at least one field or a text.",
+                        "请描述团队情况：至少填写一项或一段文字。", 422)
+    advice = await run_in_threadpool(service.advise, scenario)
+    return advice.to_dict()
 
 
 @router.post("/search", response_model=SearchResponse, summary="Hybrid search: ranked passages with scores")

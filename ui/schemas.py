@@ -122,3 +122,21 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     session_id: str | None = SessionId
     user: str | None = Field(default=None, max_length=128, description="Used as the session id when session_id is absent")
+
+
+class AdviseRequest(BaseModel):
+    """A team's situation for the Advisor: any of the fields, and/or a free description in `text`."""
+
+    model_config = {"json_schema_extra": {"examples": [
+        {"text": "5人初创团队，熟悉 PyTorch，只有几张 GPU，想微调 7B 模型"},
+        {"known_frameworks": ["TensorFlow"], "stage": "production", "hardware": "gpu_cluster", "lang": "en"}]}}
+
+    known_frameworks: list[str] = Field(default_factory=list, max_length=10)
+    stage: Literal["research", "prototype", "production"] | None = None
+    hardware: Literal["cpu", "few_gpus", "gpu_cluster", "tpu", "npu"] | None = None
+    model_scale: str | None = Field(default=None, max_length=20)
+    data_scale: str | None = Field(default=None, max_length=20)
+    domain: Literal["chinese_nlp", "cv", "scientific", "rl", "llm_pretrain", "llm_finetune", "general"] | None = None
+    goals: list[str] = Field(default_factory=list, max_length=10)
+    text: str = Field(default="", max_length=2000)
+    lang: Literal["zh", "en"] | None = None
