@@ -58,19 +58,23 @@ class Retriever:
     # ---- public -------------------------------------------------------------------------------
     def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None) -> list[Hit]:
         fws = find_frameworks(query)
+        qvecs = self._query_vectors(query)  # embedded once, shared by every side of a comparison
         if len(fws) >= 2 and not (filters and filters.get("framework")):
-            return self._comparison(query, fws, k, filters)
-        return self._ranked(query, k, filters, fws)
-
-    def dense_scores(self, query: str) -> np.ndarray:
-        return self._vectors @ self.embedder.query(query)
+            return self._comparison(query, qvecs, fws, k, filters)
+        return self._ranked(query, qvecs, k, filters, fws)
 
     # ---- internals ------------------------------------------------------------------------------
-    def _ranked(self, query: str, k: int, filters: dict[str, Any] | None, fws: list[str]) -> list[Hit]:
+    def _query_vectors(self, query: str) -> list[np.ndarray]:
+        """The query's embedding, plus that of the query with its cross-language terms when it has any."""
         p = self.params
         qvec = self.embedder.query(query)
         extra = expand_terms(query) if p.expand_dense and p.mode != "bm25" else []
-        qvecs = [qvec, self.embedder.query(query + " " + " ".join(extra[:12]))] if extra else [qvec]
+        return [qvec, self.embedder.query(query + " " + " ".join(extra[:12]))] if extra else [qvec]
+
+    def _ranked(self, query: str, qvecs: list[np.ndarray], k: int, filters: dict[str, Any] | None,
+                fws: list[str]) -> list[Hit]:
+        p = self.params
+        qvec = qvecs[0]
         rows: set[int] = set()
         if p.mode != "bm25":
             for cid, _sim in self.snap.store.query(qvec, p.candidates, where_clause(filters)):
@@ -115,11 +119,12 @@ class Retriever:
         w = np.where(cross, p.cross_dense_weight, p.dense_weight)
         return w * dense + (1 - w) * sat
 
-    def _comparison(self, query: str, fws: list[str], k: int, filters: dict[str, Any] | None) -> list[Hit]:
+    def _comparison(self, query: str, qvecs: list[np.ndarray], fws: list[str], k: int,
+                    filters: dict[str, Any] | None) -> list[Hit]:
         """Evidence for each side: the best passages per named framework, interleaved, then the overall best."""
         per_side = max(2, k // len(fws))
-        lists = [self._ranked(query, per_side, {**(filters or {}), "framework": [fw]}, [fw]) for fw in fws[:4]]
-        overall = self._ranked(query, k, filters, fws)
+        lists = [self._ranked(query, qvecs, per_side, {**(filters or {}), "framework": [fw]}, [fw]) for fw in fws[:4]]
+        overall = self._ranked(query, qvecs, k, filters, fws)
         out: list[Hit] = []
         seen: set[str] = set()
         for i in range(per_side):

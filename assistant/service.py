@@ -26,7 +26,7 @@ from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
 from .sessions import SessionStore
 from .settings import Settings, load_settings
-from .types import Answer, Chunk, Citation, Hit
+from .types import Answer, Chunk, Hit
 
 
 @dataclass
@@ -191,7 +191,7 @@ class AssistantService:
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft or 0.0, 1),
                           "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
-        answer.__dict__["check"] = {"factual_sentences": checked.factual_sentences,
+        answer.diagnostics = {"factual_sentences": checked.factual_sentences,
                                     "supported_sentences": checked.supported_sentences,
                                     "dropped_numbers": checked.dropped_numbers,
                                     "removed_sentences": checked.removed_sentences,
@@ -265,6 +265,3 @@ def _clean_filters(filters: dict[str, Any] | None) -> dict[str, Any] | None:
         raise UserError("bad_filter", "language filter must be 'zh' or 'en'.", "语言过滤只能是 zh 或 en。", 422)
     return out
 
-
-def citation_records(citations: list[Citation]) -> list[dict[str, Any]]:
-    return [c.to_dict() for c in citations]

@@ -127,6 +127,9 @@ class Answer:
     timings: dict[str, float] = field(default_factory=dict)  # retrieval_ms, ttft_ms, total_ms
     usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens
     sources: list[Hit] = field(default_factory=list)
+    # how the citation check went (factual/supported sentence counts, dropped numbers, the raw model text);
+    # for the evaluator and debugging, not part of the API contract
+    diagnostics: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, with_sources: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
