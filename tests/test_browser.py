@@ -110,3 +110,35 @@ def test_chinese_question_sources_stream_and_citation(page) -> None:
     page.locator("#fa-new").click()
     page.wait_for_function("document.querySelectorAll('#fa-chat .message-content').length === 0", timeout=30_000)
     assert page.locator("#fa-sources details").count() == 0
+
+
+def test_advisor_form_ranked_cited_result(page) -> None:
+    """Fill the Advisor form, get a ranked result with a table whose cells cite passages, open one."""
+    page.get_by_role("tab", name="选型顾问").click()
+    text = page.locator("#adv-text textarea")
+    text.wait_for(timeout=30_000)
+    text.fill("我们需要国产化，硬件是昇腾 NPU，主要做中文 NLP，团队 10 人")
+    page.locator("#adv-run").click()
+    page.wait_for_selector("#adv-result table.adv-table", timeout=300_000)
+    result = page.locator("#adv-result")
+    first = result.locator("ol.adv-ranking li").first
+    assert "PaddlePaddle" in first.inner_text(), first.inner_text()
+    cells = result.locator("table.adv-table tbody td")
+    assert cells.count() >= 7
+    refs = result.locator("table.adv-table a.adv-ref")
+    assert refs.count() >= 7  # every criterion cell of the ranked rows carries a citation
+    page.screenshot(path=str(ARTIFACTS / "07-advisor.png"), full_page=True)
+
+    ref = refs.first
+    target = (ref.get_attribute("href") or "").removeprefix("#")
+    assert target.startswith("adv-cite-") and page.evaluate(f"document.getElementById('{target}').open") is False
+    ref.click()
+    page.wait_for_function(f"document.getElementById('{target}').open === true", timeout=10_000)
+    passage = page.locator(f"#{target}")
+    assert len(passage.inner_text()) > 40 and ("corpus/" in passage.inner_text() or "framework-docs/" in
+                                                  passage.inner_text())
+    time.sleep(1)
+    page.locator("#adv-result").screenshot(path=str(ARTIFACTS / "08-advisor-citation.png"))
+    shots = REPO / "docs" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ARTIFACTS / "07-advisor.png", shots / "advisor.png")

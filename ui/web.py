@@ -74,12 +74,12 @@ CSS = """
 a.fa-cite { text-decoration: none; font-weight: 600; }
 """
 
-# [n] links: open the passage's <details> in the sources panel and scroll to it (capture phase, so the
+# [n] links (chat and Advisor): open the passage's <details> and scroll to it (capture phase, so the
 # chat's own link handling, which would open a new tab, never sees the click).
 HEAD = """<script>
 (function () {
-  function openSource(n) {
-    var el = document.getElementById('src-' + n);
+  function openSource(id) {
+    var el = document.getElementById(id);
     if (!el) return;
     el.open = true;
     el.classList.add('fa-flash');
@@ -87,11 +87,12 @@ HEAD = """<script>
     setTimeout(function () { el.classList.remove('fa-flash'); }, 2000);
   }
   document.addEventListener('click', function (e) {
-    var a = e.target && e.target.closest ? e.target.closest('a[href^="#src-"]') : null;
+    // chat citations (#src-n) and Advisor citations (#adv-cite-n) open their passage the same way
+    var a = e.target && e.target.closest ? e.target.closest('a[href^="#src-"], a[href^="#adv-cite-"]') : null;
     if (!a) return;
     e.preventDefault();
     e.stopPropagation();
-    openSource(a.getAttribute('href').slice(5));
+    openSource(a.getAttribute('href').slice(1));
   }, true);
 })();
 </script>"""
