@@ -77,11 +77,14 @@ eval-smoke: install
 	$(BIN)/python -m assistant.evaluate.gate --summary eval/out/smoke/summary.json --thresholds eval/thresholds.json
 
 bench-retrieval: install
+	mkdir -p bench/out
 	$(BIN)/python bench/retrieval.py --json bench/out/retrieval.json
 
 bench: index bench-retrieval
-	$(BIN)/python bench/api_latency.py
-	$(BIN)/python bench/speed.py
+	$(BIN)/python bench/speed.py --json bench/out/speed.json
+	$(BIN)/python bench/speculative.py
+	$(BIN)/python bench/concurrency.py
+	$(BIN)/python bench/growth.py --index-dir index
 
 lint: install
 	$(BIN)/ruff check assistant ui tests bench

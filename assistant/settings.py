@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     max_answer_tokens: int = 320
     temperature: float = 0.1
     seed: int = 7
+    speculative: Literal["none", "prompt_lookup"] = "none"  # speculative decoding in llama.cpp
 
     # remote OpenAI-compatible engine
     openai_base_url: str = ""

@@ -33,6 +33,18 @@ def _import_llama() -> Any:
     return llama_cpp
 
 
+def _draft_model(llama_cpp: Any, speculative: str) -> Any:
+    """Speculative decoding: "prompt_lookup" drafts tokens by matching the recent output against the prompt,
+    which pays when answers quote their sources (measured in docs/performance.md); "none" disables it."""
+    if speculative == "prompt_lookup":
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        return LlamaPromptLookupDecoding(num_pred_tokens=10)
+    if speculative not in ("", "none"):
+        raise ModelError(f"Unknown speculative decoding mode {speculative!r}: use 'none' or 'prompt_lookup'.")
+    return None
+
+
 class LlamaCppChatModel(ChatModel):
     """A chat model over one GGUF file."""
 
@@ -44,6 +56,7 @@ class LlamaCppChatModel(ChatModel):
         seed: int = 7,
         n_batch: int = 512,
         name: str | None = None,
+        speculative: str = "none",
     ) -> None:
         super().__init__()
         llama_cpp = _import_llama()
@@ -56,6 +69,7 @@ class LlamaCppChatModel(ChatModel):
             self._llm = llama_cpp.Llama(
                 model_path=str(self.path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                 n_batch=n_batch, seed=seed, use_mmap=True, verbose=False,
+                draft_model=_draft_model(llama_cpp, speculative),
             )
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp could not load {self.path}: {exc}. Is it a complete GGUF file?") from exc
