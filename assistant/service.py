@@ -92,7 +92,9 @@ class AssistantService:
 
     def load(self, warm: bool = True) -> None:
         """Load index, embedder and model now (the server calls this at start-up)."""
-        _ = self.retriever
+        # one search loads jieba's dictionary and the embedder's graph, which otherwise cost the first
+        # user ~2.5 s before the sources appear
+        self.retriever.search("ZeRO 分布式训练 warm-up", k=1)
         llm = self.llm
         if warm:
             from .answer.prompt import SYSTEM_PROMPT
