@@ -70,6 +70,9 @@ class LlamaCppChatModel(ChatModel):
                 model_path=str(self.path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                 n_batch=n_batch, seed=seed, use_mmap=True, verbose=False,
                 draft_model=_draft_model(llama_cpp, speculative),
+                # llama-cpp-python's speculative path writes every position's logits: without logits_all it
+                # fails ("could not broadcast ... into shape (0,)"); with it the buffer is n_ctx x vocab floats
+                logits_all=speculative == "prompt_lookup",
             )
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp could not load {self.path}: {exc}. Is it a complete GGUF file?") from exc
