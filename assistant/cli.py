@@ -154,7 +154,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import run_eval
 
     summary = run_eval(_service(args), [Path(p) for p in args.set], Path(args.out), limit=args.limit,
-                       baseline=Path(args.baseline) if args.baseline else None, progress=not args.json)
+                       baseline=Path(args.baseline) if args.baseline else None, progress=not args.json,
+                       judge=args.judge)
     if args.json:
         _print_json(summary)
     return 0
@@ -245,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default="eval/out/latest", help="output directory (results.jsonl, summary.json, report.html)")
     e.add_argument("--limit", type=int, help="only the first N cases of each set")
     e.add_argument("--baseline", help="a previous output directory to compare with")
+    e.add_argument("--judge", choices=["combined", "model", "support"], default="combined",
+                   help="citation judge: the chat model, the support score, or both (default; docs/evaluation.md)")
     e.add_argument("--json", action="store_true", help="also print summary.json")
     e.set_defaults(func=cmd_eval)
 
