@@ -19,7 +19,7 @@ from .answer.policy import decide, refusal_text, rewrite_followup, strip_injecti
 from .answer.prompt import build_messages
 from .embed import Embedder, create_embedder
 from .errors import UserError
-from .genqueue import GenerationQueue
+from .genqueue import GenerationQueue, Ticket
 from .index.snapshot import IndexSnapshot, current_generation
 from .lang import detect_language
 from .llm.base import ChatModel
@@ -149,6 +149,15 @@ class AssistantService:
         """Events: sources, token..., citations, done (see docs/architecture.md)."""
         t0 = time.perf_counter()
         question = self._check_text(question, "question")
+        # the place in line is taken at arrival, so the model serves requests in the order they came
+        ticket = self.queue.reserve()
+        try:
+            yield from self._answer_events(question, session_id, filters, ticket, t0)
+        finally:
+            self.queue.cancel(ticket)  # no-op once the turn was used
+
+    def _answer_events(self, question: str, session_id: str | None, filters: dict[str, Any] | None,
+                       ticket: Ticket, t0: float) -> Iterator[Event]:
         lang = detect_language(question)
         sid = self.sessions.ensure(session_id)
         history = self.sessions.history(sid, self.settings.history_token_budget)
@@ -157,26 +166,29 @@ class AssistantService:
         retrieval_ms = (time.perf_counter() - t0) * 1000
         decision = decide(standalone, hits)
         sources = [] if decision.refuse else select_evidence(standalone, hits, self.llm.count_tokens,
-                                                              self.settings.context_token_budget)
+                                                              self.settings.context_token_budget,
+                                                              embedder=self.embedder)
         yield Event("sources", [s.hit for s in sources])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
                         question=question, standalone_question=standalone, sources=[s.hit for s in sources])
         if decision.refuse:
+            self.queue.cancel(ticket)
             answer.answer = refusal_text(decision.reason, lang)
             yield Event("token", answer.answer)
             answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(retrieval_ms, 1),
                               "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
         else:
-            yield from self._generate(answer, sources, lang, t0, retrieval_ms)
+            yield from self._generate(answer, sources, lang, t0, retrieval_ms, ticket)
         self._remember(answer, decision.reason)
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 
-    def _generate(self, answer: Answer, sources: list, lang: str, t0: float, retrieval_ms: float) -> Iterator[Event]:
+    def _generate(self, answer: Answer, sources: list, lang: str, t0: float, retrieval_ms: float,
+                  ticket: Ticket) -> Iterator[Event]:
         messages = build_messages(answer.standalone_question, sources, lang)
         pieces: list[str] = []
         ttft = None
-        with self.queue.turn():
+        with self.queue.turn(ticket):
             for piece in self.llm.stream(messages, max_tokens=self.settings.max_answer_tokens,
                                          temperature=self.settings.temperature):
                 if ttft is None:

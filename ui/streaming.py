@@ -1,27 +1,25 @@
 """Bridge from the service's synchronous event generator (CPU work) to async routes.
 
-Each `next()` runs in a worker thread, so the event loop keeps serving other requests. The first event is
-pulled before the response starts, so bad input still gets a proper 4xx status instead of an in-stream error.
-If the client goes away, the generator is closed (in a thread, shielded from cancellation), which releases
-the model's queue turn.
+One producer thread per answer runs the generator to its end and hands each event to the event loop
+(`call_soon_threadsafe`), so the loop keeps serving other requests and no thread-pool hop is paid per
+token. Token events that pile up while the client is being written to are sent as one event: on two
+cores every bit of work beside llama.cpp's threads slows decoding (measured in docs/performance.md).
+The first event is awaited before the response starts, so bad input still gets a proper 4xx status
+instead of an in-stream error. If the client goes away, the producer stops at the next event and closes
+the generator, which gives the model's queue turn back.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator, Iterator
-
-import anyio
-from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
 from assistant.service import Event
 
 log = logging.getLogger("ui.streaming")
 _END = object()
-
-
-def _next(gen: Iterator[Event]) -> object:
-    return next(gen, _END)
 
 
 def localize(ev: Event, lang: str) -> Event:
@@ -40,26 +38,69 @@ def error_event(exc: BaseException, lang: str) -> Event:
                            "message": "服务器内部错误，请稍后重试。" if lang == "zh" else "Internal error; please retry."})
 
 
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def merge_tokens(batch: list[object]) -> list[object]:
+    """Consecutive token events become one (same text, fewer writes); other events keep their place."""
+    out: list[object] = []
+    for ev in batch:
+        if (isinstance(ev, Event) and ev.kind == "token" and out and isinstance(out[-1], Event)
+                and out[-1].kind == "token"):
+            out[-1] = Event("token", out[-1].data + ev.data)
+        else:
+            out.append(ev)
+    return out
+
+
 async def open_stream(gen: Iterator[Event], lang: str) -> AsyncIterator[Event]:
-    """Pull the first event now (errors propagate), then return an async iterator over all events."""
-    first = await run_in_threadpool(_next, gen)
+    """Start the producer, await the first event (errors propagate), then iterate over all events."""
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[object] = asyncio.Queue()
+    stop = threading.Event()
+
+    def put(item: object) -> None:
+        try:
+            loop.call_soon_threadsafe(inbox.put_nowait, item)
+        except RuntimeError:  # the loop is gone (server shutting down): nobody is listening
+            stop.set()
+
+    def produce() -> None:
+        try:
+            for ev in gen:
+                put(ev)
+                if stop.is_set():
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            put(_Failure(exc))
+        finally:
+            gen.close()
+            put(_END)
+
+    threading.Thread(target=produce, name="answer-stream", daemon=True).start()
+    first = await inbox.get()
+    if isinstance(first, _Failure):
+        stop.set()
+        raise first.exc
 
     async def events() -> AsyncIterator[Event]:
         try:
-            if first is _END:
-                return
-            yield localize(first, lang)  # type: ignore[arg-type]
-            while True:
-                try:
-                    ev = await run_in_threadpool(_next, gen)
-                except Exception as exc:  # noqa: BLE001 - reported to the client as an error event
-                    yield error_event(exc, lang)
-                    return
-                if ev is _END:
-                    return
-                yield localize(ev, lang)  # type: ignore[arg-type]
+            item = first
+            while item is not _END:
+                batch = [item]
+                while not inbox.empty():
+                    batch.append(inbox.get_nowait())
+                for ev in merge_tokens(batch):
+                    if ev is _END:
+                        return
+                    if isinstance(ev, _Failure):
+                        yield error_event(ev.exc, lang)
+                        return
+                    yield localize(ev, lang)  # type: ignore[arg-type]
+                item = await inbox.get()
         finally:
-            with anyio.CancelScope(shield=True):
-                await run_in_threadpool(gen.close)
+            stop.set()
 
     return events()
