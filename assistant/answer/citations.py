@@ -4,7 +4,10 @@ model cited nothing or cited wrongly, and drop sentences no source supports.
 
 Support of a sentence by a passage = max over the passage's sentences of
     0.55 * cosine(multilingual embedding) + 0.45 * term overlap (share of the sentence's content terms,
-    expanded across languages, found in the passage sentence).
+    expanded across languages, found in the passage sentence),
+minus 0.5 x the share of the sentence's specific terms (numbers, API names such as torch.compile, acronyms
+such as FSDP, framework names) that the passage does not contain in any language: a sentence that reuses
+a passage's words but adds a version number or the wrong framework is the small model's usual invention.
 The model (1.5B) rarely cites by itself (shared/notes/models.md), so alignment does the real work.
 """
 from __future__ import annotations
@@ -15,13 +18,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..embed import Embedder
-from ..frameworks import expand_terms
+from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks
 from ..index.keyword import tokenize
 from ..types import Citation
 from .prompt import Source
 from .text import split_sentences
 
 _MARK = re.compile(r"\s*[\[【](\d+(?:\s*[,，、]\s*\d+)*)[\]】]")
+_LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
+_IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"
+                    r"|[A-Za-z]*[A-Z][A-Za-z]*\d*[A-Z][A-Za-z0-9_-]*|[A-Z]{2,}\d*)")
+SPECIFIC_PENALTY = 0.5
+# plain framework names (checked as frameworks, in any spelling); API names such as torch.compile stay specific
+_FRAMEWORK_WORDS = {n.lower(): n for n in FRAMEWORKS} | {n.lower().replace("-", ""): n for n in FRAMEWORKS} | {
+    "torch": "PyTorch", "paddle": "PaddlePaddle", "megatron": "Megatron-LM", "colossal": "Colossal-AI"}
 _FACT_MIN_ZH = 6
 _FACT_MIN_EN = 4
 
@@ -41,7 +52,7 @@ def parse_markers(sentence: str) -> tuple[str, list[int]]:
     nums: list[int] = []
     for m in _MARK.finditer(sentence):
         nums.extend(int(x) for x in re.split(r"[,，、]", m.group(1)) if x.strip())
-    return _MARK.sub("", sentence).strip(), nums
+    return _LITERAL_MARK.sub("", _MARK.sub("", sentence)).strip(), nums
 
 
 def is_factual(sentence: str) -> bool:
@@ -57,32 +68,78 @@ def _terms(text: str) -> set[str]:
     return toks
 
 
+def specific_terms(sentence: str) -> set[str]:
+    """Numbers, API-like identifiers, acronyms and framework names a sentence states (lower case)."""
+    terms = set()
+    for m in _IDENT.finditer(sentence):
+        t = m.group(0).lower().rstrip(".").removesuffix("()")
+        if not _FRAMEWORK_WORDS.get(t):  # framework names are checked as frameworks below, in any spelling
+            terms.add(t)
+    terms |= {m.group(0) for m in _NUMBER.finditer(sentence)}
+    terms |= {"fw:" + f for f in find_frameworks(sentence)}
+    return {t for t in terms if t}
+
+
+def _found(term: str, low: str, frameworks: set[str]) -> bool:
+    if term.startswith("fw:"):
+        return term[3:] in frameworks
+    if term in low:
+        return True
+    for group in CONCEPTS:  # the same concept named in the other language counts
+        if term in group and any(g in low for g in group):
+            return True
+    return False
+
+
+def missing_share(sentence_terms: set[str], passage: str, frameworks: set[str]) -> float:
+    """Share of a sentence's specific terms that the passage (or its chunk's framework tags) lacks."""
+    if not sentence_terms:
+        return 0.0
+    low = passage.lower()
+    fws = frameworks | set(find_frameworks(passage))
+    return sum(not _found(t, low, fws) for t in sentence_terms) / len(sentence_terms)
+
+
 class CitationChecker:
-    def __init__(self, embedder: Embedder, threshold: float = 0.35, drop_unsupported: bool = True) -> None:
+    def __init__(self, embedder: Embedder, threshold: float = 0.55, drop_unsupported: bool = True) -> None:
         self.embedder = embedder
         self.threshold = threshold
         self.drop_unsupported = drop_unsupported
 
     def support_matrix(self, sentences: list[str], sources: list[Source]) -> tuple[np.ndarray, list[list[str]]]:
         """support[i, j] of sentence i by source j, and each source's sentences (for snippets)."""
-        src_sents = [split_sentences(s.text) or [s.text] for s in sources]
+        # checked against the whole passage a citation opens (what the user will read), not only the trimmed
+        # evidence the model saw
+        texts = [_passage_text(s) for s in sources]
+        src_sents = [split_sentences(t) or [t] for t in texts]
         flat = [x for ss in src_sents for x in ss]
         if not sentences or not flat:
             return np.zeros((len(sentences), len(sources))), src_sents
         vecs = self.embedder.passages(sentences + flat)
         sv, pv = vecs[: len(sentences)], vecs[len(sentences):]
         cos = sv @ pv.T
+        # the sentence's own terms are the denominator; a term also counts when the passage has it in the
+        # other language (the expansions), so expansions can only help a match, never dilute it
+        own = [max(1, len(set(tokenize(s)))) for s in sentences]
         sent_terms = [_terms(s) for s in sentences]
         flat_terms = [set(tokenize(x)) for x in flat]
-        overlap = np.array([[len(st & ft) / max(1, len(st)) for ft in flat_terms] for st in sent_terms])
+        overlap = np.array([[min(1.0, len(st & ft) / n) for ft in flat_terms]
+                            for st, n in zip(sent_terms, own, strict=True)])
         pair = 0.55 * cos + 0.45 * overlap
         support = np.zeros((len(sentences), len(sources)))
+        specific = [specific_terms(x) for x in sentences]
+        penalty = np.array([[missing_share(st, t, _chunk_frameworks(s)) for s, t in zip(sources, texts, strict=True)]
+                            for st in specific])
         self._best_sent = np.zeros((len(sentences), len(sources)), dtype=int)
         start = 0
+        # the snippet shown for a citation is the passage sentence that matches best and also names the
+        # sentence's specific terms (stage 2, torch.compile), not merely the most similar one
+        fws = [_chunk_frameworks(s) for s in sources]
         for j, ss in enumerate(src_sents):
             block = pair[:, start : start + len(ss)]
-            support[:, j] = block.max(axis=1)
-            self._best_sent[:, j] = block.argmax(axis=1)
+            support[:, j] = block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j]
+            local = np.array([[missing_share(st, x, fws[j]) for x in ss] for st in specific])
+            self._best_sent[:, j] = (block - 0.2 * local).argmax(axis=1)
             start += len(ss)
         return support, src_sents
 
@@ -120,7 +177,7 @@ class CitationChecker:
                 j, src = by_n[n]
                 score = float(support[i, j])
                 if n not in used or used[n].support < score:
-                    snippet = src_sents[j][int(self._best_sent[i, j])]
+                    snippet = _snippet(text, src_sents[j], int(self._best_sent[i, j]))
                     used[n] = _record(src, snippet, score)
             out_sents.append(text + "".join(f"[{n}]" for n in keep))
         if not result.supported_sentences and result.removed_sentences:
@@ -130,6 +187,31 @@ class CitationChecker:
             result.text = _join(out_sents)
         result.citations = [used[n] for n in sorted(used)]
         return result
+
+
+def _snippet(claim: str, sents: list[str], best: int) -> str:
+    """The passage sentence that supports the claim best, plus the one sentence that covers most of what
+    the claim says beyond it (a claim often merges two sentences of its source), in document order."""
+    want = set(tokenize(claim)) | specific_terms(claim)
+    rest = want - set(tokenize(sents[best])) - {t for t in specific_terms(claim) if t in sents[best].lower()}
+    if not rest or len(sents) < 2:
+        return sents[best]
+    gain = [(len(rest & (set(tokenize(x)) | {t for t in rest if t in x.lower()})), k) for k, x in enumerate(sents)
+            if k != best]
+    g, k = max(gain)
+    if g < 2:
+        return sents[best]
+    return " ".join(sents[m] for m in sorted((best, k)))
+
+
+def _passage_text(src: Source) -> str:
+    hit = getattr(src, "hit", None)
+    return hit.chunk.text if hit is not None else src.text
+
+
+def _chunk_frameworks(src: Source) -> set[str]:
+    hit = getattr(src, "hit", None)
+    return set(hit.chunk.frameworks) if hit is not None else set()
 
 
 def _record(src: Source, snippet: str, score: float) -> Citation:
