@@ -40,7 +40,9 @@ CONCEPTS: tuple[tuple[str, ...], ...] = (
     ("自动向量化", "automatic vectorization", "vmap"),
     ("分布式训练", "distributed training", "distributed", "multi-gpu", "多机多卡", "多卡", "multi-worker"),
     ("自动并行", "auto parallel", "automatic parallelism", "semi-automatic parallel"),
-    ("检查点", "checkpoint", "checkpointing", "activation checkpointing", "重计算", "recompute"),
+    # two senses of "checkpoint": saving training state, and recomputing activations to save memory
+    ("检查点", "checkpoint", "checkpointing", "save checkpoint", "分布式检查点"),
+    ("激活检查点", "activation checkpointing", "gradient checkpointing", "重计算", "recompute", "remat"),
     ("部署", "deployment", "serving", "inference", "推理"),
     ("生态", "ecosystem", "toolkit", "model hub", "模型库"),
     ("可视化", "visualization", "tensorboard", "visualdl"),

@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     context_token_budget: int = 250  # chosen from the measured recall-vs-prompt curve: docs/performance.md
     dense_weight: float = 0.2
     refusal_threshold: float = 0.45
-    support_threshold: float = 0.55  # calibrated on 40 hand-labelled pairs: docs/evaluation.md
+    support_threshold: float = 0.40  # calibrated on 40 hand-labelled pairs: docs/evaluation.md
     history_token_budget: int = 600
 
     # server

@@ -72,10 +72,15 @@ def specific_terms(sentence: str) -> set[str]:
     """Numbers, API-like identifiers, acronyms and framework names a sentence states (lower case)."""
     terms = set()
     for m in _IDENT.finditer(sentence):
-        t = m.group(0).lower().rstrip(".").removesuffix("()")
+        raw = m.group(0).rstrip(".").removesuffix("()")
+        if re.fullmatch(r"[A-Z]{2,}s", raw):  # GPUs, TPUs: the passage may say GPU
+            raw = raw[:-1]
+        t = raw.lower()
         if not _FRAMEWORK_WORDS.get(t):  # framework names are checked as frameworks below, in any spelling
             terms.add(t)
-    terms |= {m.group(0) for m in _NUMBER.finditer(sentence)}
+    # a bare number is specific (47%, 1.11, stage 3); one glued to a unit (100B, 40GB, 7x) is often written
+    # in words in the other language (千亿, 130 亿), so it is left to the similarity score
+    terms |= {m.group(0) for m in _NUMBER.finditer(sentence) if not re.match(r"[A-Za-z]", sentence[m.end():m.end() + 1])}
     terms |= {"fw:" + f for f in find_frameworks(sentence)}
     return {t for t in terms if t}
 
@@ -84,6 +89,9 @@ def _found(term: str, low: str, frameworks: set[str]) -> bool:
     if term.startswith("fw:"):
         return term[3:] in frameworks
     if term in low:
+        return True
+    last = term.rsplit(".", 1)[-1]  # tf.distribute.MirroredStrategy where the passage says MirroredStrategy
+    if last != term and len(last) >= 4 and last in low:
         return True
     for group in CONCEPTS:  # the same concept named in the other language counts
         if term in group and any(g in low for g in group):
@@ -101,7 +109,7 @@ def missing_share(sentence_terms: set[str], passage: str, frameworks: set[str]) 
 
 
 class CitationChecker:
-    def __init__(self, embedder: Embedder, threshold: float = 0.55, drop_unsupported: bool = True) -> None:
+    def __init__(self, embedder: Embedder, threshold: float = 0.40, drop_unsupported: bool = True) -> None:
         self.embedder = embedder
         self.threshold = threshold
         self.drop_unsupported = drop_unsupported

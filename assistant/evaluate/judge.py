@@ -63,7 +63,7 @@ class ModelJudge:
 class SupportJudge:
     """The answer pipeline's support score of the claim by the premise, thresholded."""
 
-    def __init__(self, embedder: Any, threshold: float = 0.55) -> None:
+    def __init__(self, embedder: Any, threshold: float = 0.40) -> None:
         from ..answer.citations import CitationChecker
 
         self.checker = CitationChecker(embedder)
