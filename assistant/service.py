@@ -133,9 +133,10 @@ class AssistantService:
         return self.retriever.snap.by_id.get(chunk_id)
 
     # ---- answers ------------------------------------------------------------------------------
-    def ask(self, question: str, session_id: str | None = None, filters: dict[str, Any] | None = None) -> Answer:
+    def ask(self, question: str, session_id: str | None = None, filters: dict[str, Any] | None = None,
+            ticket: Ticket | None = None) -> Answer:
         answer: Answer | None = None
-        for ev in self.ask_stream(question, session_id, filters):
+        for ev in self.ask_stream(question, session_id, filters, ticket):
             if ev.kind == "done":
                 answer = ev.data
             elif ev.kind == "error":
@@ -145,16 +146,21 @@ class AssistantService:
         return answer
 
     def ask_stream(self, question: str, session_id: str | None = None,
-                   filters: dict[str, Any] | None = None) -> Iterator[Event]:
-        """Events: sources, token..., citations, done (see docs/architecture.md)."""
+                   filters: dict[str, Any] | None = None, ticket: Ticket | None = None) -> Iterator[Event]:
+        """Events: sources, token..., citations, done (see docs/architecture.md).
+
+        `ticket`: a place in the generation queue taken when the request arrived (the HTTP routes take it on
+        the event loop, in arrival order); without one, the place is taken now. It is given back when the
+        answer needs no model or the stream ends early.
+        """
         t0 = time.perf_counter()
-        question = self._check_text(question, "question")
-        # the place in line is taken at arrival, so the model serves requests in the order they came
-        ticket = self.queue.reserve()
         try:
+            question = self._check_text(question, "question")
+            ticket = ticket or self.queue.reserve()
             yield from self._answer_events(question, session_id, filters, ticket, t0)
         finally:
-            self.queue.cancel(ticket)  # no-op once the turn was used
+            if ticket is not None:
+                self.queue.cancel(ticket)  # no-op once the turn was used
 
     def _answer_events(self, question: str, session_id: str | None, filters: dict[str, Any] | None,
                        ticket: Ticket, t0: float) -> Iterator[Event]:
@@ -188,7 +194,8 @@ class AssistantService:
         messages = build_messages(answer.standalone_question, sources, lang)
         pieces: list[str] = []
         ttft = None
-        with self.queue.turn(ticket):
+        with self.queue.turn(ticket) as waited:
+            answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
             for piece in self.llm.stream(messages, max_tokens=self.settings.max_answer_tokens,
                                          temperature=self.settings.temperature):
                 if ttft is None:

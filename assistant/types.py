@@ -125,6 +125,8 @@ class Answer:
     question: str = ""
     standalone_question: str = ""
     timings: dict[str, float] = field(default_factory=dict)  # retrieval_ms, ttft_ms, total_ms
+    # place in the generation queue (ticket number, in arrival order) and the wait for the model
+    queue: dict[str, float] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens
     sources: list[Hit] = field(default_factory=list)
     # how the citation check went (factual/supported sentence counts, dropped numbers, the raw model text);
@@ -142,6 +144,8 @@ class Answer:
             "timings": self.timings,
             "usage": self.usage,
         }
+        if self.queue:
+            d["queue"] = self.queue
         if with_sources:
             d["sources"] = [h.to_dict() for h in self.sources]
         return d

