@@ -12,7 +12,7 @@ PORT ?= 7860
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: help install install-torch browser-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval lint clean
+.PHONY: help install install-torch browser-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget lint clean
 
 help:
 	@echo "make run        install everything, prepare the model, build the index, serve UI + API on http://$(HOST):$(PORT)"
@@ -81,6 +81,9 @@ eval-smoke: install
 bench-retrieval: install
 	mkdir -p bench/out
 	$(BIN)/python bench/retrieval.py --json bench/out/retrieval.json
+
+bench-budget: index
+	$(BIN)/python bench/evidence_budget.py --budgets 160 250 350 700 --json bench/out/budget.json
 
 bench: index bench-retrieval
 	$(BIN)/python bench/speed.py --json bench/out/speed.json
