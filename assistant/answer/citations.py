@@ -31,8 +31,8 @@ _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0
                     r"|[A-Za-z]*[A-Z][A-Za-z]*\d*[A-Z][A-Za-z0-9_-]*|[A-Z]{2,}\d*)")
 SPECIFIC_PENALTY = 0.5
 # plain framework names (checked as frameworks, in any spelling); API names such as torch.compile stay specific
-_FRAMEWORK_WORDS = {n.lower(): n for n in FRAMEWORKS} | {n.lower().replace("-", ""): n for n in FRAMEWORKS} | {
-    "torch": "PyTorch", "paddle": "PaddlePaddle", "megatron": "Megatron-LM", "colossal": "Colossal-AI"}
+_FRAMEWORK_WORDS = ({n.lower() for n in FRAMEWORKS} | {n.lower().replace("-", "") for n in FRAMEWORKS}
+                    | {"torch", "paddle", "megatron", "colossal"})
 _FACT_MIN_ZH = 6
 _FACT_MIN_EN = 4
 
@@ -76,7 +76,7 @@ def specific_terms(sentence: str) -> set[str]:
         if re.fullmatch(r"[A-Z]{2,}s", raw):  # GPUs, TPUs: the passage may say GPU
             raw = raw[:-1]
         t = raw.lower()
-        if not _FRAMEWORK_WORDS.get(t):  # framework names are checked as frameworks below, in any spelling
+        if t not in _FRAMEWORK_WORDS:  # framework names are checked as frameworks below, in any spelling
             terms.add(t)
     # a bare number is specific (47%, 1.11, stage 3); one glued to a unit (100B, 40GB, 7x) is often written
     # in words in the other language (千亿, 130 亿), so it is left to the similarity score
@@ -200,8 +200,9 @@ class CitationChecker:
 def _snippet(claim: str, sents: list[str], best: int) -> str:
     """The passage sentence that supports the claim best, plus the one sentence that covers most of what
     the claim says beyond it (a claim often merges two sentences of its source), in document order."""
-    want = set(tokenize(claim)) | specific_terms(claim)
-    rest = want - set(tokenize(sents[best])) - {t for t in specific_terms(claim) if t in sents[best].lower()}
+    specific = specific_terms(claim)
+    rest = (set(tokenize(claim)) | specific) - set(tokenize(sents[best])) - {t for t in specific
+                                                                              if t in sents[best].lower()}
     if not rest or len(sents) < 2:
         return sents[best]
     gain = [(len(rest & (set(tokenize(x)) | {t for t in rest if t in x.lower()})), k) for k, x in enumerate(sents)

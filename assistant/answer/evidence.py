@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Protocol
 
 import numpy as np
 
+from ..embed import Embedder
 from ..frameworks import expand_terms
 from ..index.keyword import tokenize
 from ..types import Hit
@@ -26,13 +26,8 @@ _REFERENCE_LINE = re.compile(r"^\s*(来源\s*/\s*Sources|来源|Sources?)\s*[:�
 MAX_SENTENCE_TOKENS = 120  # a longer "sentence" (a code block, a table row dump) only goes in when it ranks first
 
 
-class _Embeds(Protocol):
-    def query(self, text: str) -> np.ndarray: ...
-    def passages(self, texts: list[str]) -> np.ndarray: ...
-
-
 def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str], int], budget: int,
-                    max_sources: int = 4, embedder: _Embeds | None = None) -> list[Source]:
+                    max_sources: int = 4, embedder: Embedder | None = None) -> list[Source]:
     hits = hits[:max_sources]
     if not hits:
         return []
@@ -90,7 +85,7 @@ def _terms(text: str) -> set[str]:
     return {t for t in tokenize(text) if len(t) > 1 or not t.isascii()}
 
 
-def _scores(question: str, q_terms: set[str], sents: list[str], embedder: _Embeds | None) -> list[float]:
+def _scores(question: str, q_terms: set[str], sents: list[str], embedder: Embedder | None) -> list[float]:
     """Meaning (cosine, when an embedder is given) plus the share of the question's terms a sentence has."""
     overlap = [len(q_terms & _terms(s)) / max(1, min(len(q_terms), 6)) for s in sents]
     if embedder is None or not sents:
