@@ -161,6 +161,35 @@ def test_llama_warmup_makes_the_system_prompt_a_cached_prefix(tiny) -> None:
     assert tiny.last_usage.extra["cached_tokens"] >= tiny.count_tokens(system)
 
 
+def test_llama_warm_system_prompt_is_kept_on_disk_and_restored_exactly(tiny_path: Path, tmp_path: Path) -> None:
+    """The second start restores the warmed KV cache from disk and then answers exactly as a fresh prefill does."""
+    from assistant.llm.llamacpp import LlamaCppChatModel
+
+    system = "You compare AI training frameworks. Answer in one short sentence."
+    question = [{"role": "system", "content": system}, {"role": "user", "content": "What is ZeRO in DeepSpeed?"}]
+    first = LlamaCppChatModel(tiny_path, n_ctx=1024, state_dir=tmp_path)
+    first.warmup(system)
+    assert first.warmed_from == "prefill" and len(list(tmp_path.glob("kv-*.bin"))) == 1
+    expected = first.complete(question, max_tokens=24, temperature=0.0)
+    first.close()
+
+    second = LlamaCppChatModel(tiny_path, n_ctx=1024, state_dir=tmp_path)
+    second.warmup(system)
+    assert second.warmed_from == "disk"
+    assert second.complete(question, max_tokens=24, temperature=0.0) == expected
+    assert second.last_usage.extra["cached_tokens"] >= second.count_tokens(system)  # no prefill of the system part
+    second.close()
+
+    # a different prompt is a different file; a damaged file is removed and recomputed, never trusted
+    (state,) = tmp_path.glob("kv-*.bin")
+    state.write_bytes(state.read_bytes()[:1000])
+    third = LlamaCppChatModel(tiny_path, n_ctx=1024, state_dir=tmp_path)
+    third.warmup(system)
+    assert third.warmed_from == "prefill"
+    assert third.complete(question, max_tokens=24, temperature=0.0) == expected
+    third.close()
+
+
 def test_llama_model_object_is_one_generation_at_a_time(tiny) -> None:
     import threading
 

@@ -50,8 +50,8 @@ class ChatModel(ABC):
         """Tokens of text under this model's tokenizer; engines with a tokenizer override this."""
         return estimate_tokens(text)
 
-    def warmup(self) -> None:  # noqa: B027 - optional hook, a no-op by default
-        """Load weights and process a fixed prompt prefix ahead of the first request."""
+    def warmup(self, system: str | None = None) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Load weights and process a fixed prompt prefix (the system prompt) ahead of the first request."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free the model's memory."""

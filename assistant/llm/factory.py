@@ -48,7 +48,8 @@ def _llama(settings: Any) -> ChatModel:
                          f"({', '.join(PACKAGED)}).")
     return LlamaCppChatModel(path, n_ctx=settings.n_ctx, n_threads=settings.threads, seed=settings.seed,
                              name=str(settings.model), speculative=getattr(settings, "speculative", "none"),
-                             flash_attn=getattr(settings, "flash_attn", True))
+                             flash_attn=getattr(settings, "flash_attn", True),
+                             state_dir=Path(settings.cache_dir) / "kv")
 
 
 def _openai(settings: Any) -> ChatModel:
