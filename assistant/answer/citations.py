@@ -29,10 +29,19 @@ _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the in
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
 _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"
                     r"|[A-Za-z]*[A-Z][A-Za-z]*\d*[A-Z][A-Za-z0-9_-]*|[A-Z]{2,}\d*)")
+_ENUMERATOR = re.compile(r"[（(]\d{1,2}[)）]|(?:^|(?<=[：:，,；;]))\s*\d{1,2}[.、)）](?!\d)")
 SPECIFIC_PENALTY = 0.5
+ATTRIBUTION_PENALTY = 0.3
+SPLICE_PENALTY = 1.0
 # plain framework names (checked as frameworks, in any spelling); API names such as torch.compile stay specific
 _FRAMEWORK_WORDS = ({n.lower() for n in FRAMEWORKS} | {n.lower().replace("-", "") for n in FRAMEWORKS}
                     | {"torch", "paddle", "megatron", "colossal"})
+# a lead-in ending in a colon, and what follows it; a list after the colon (1. / - / （1）/ ①) is not split
+_LEAD_IN = re.compile(r"^(?P<lead>[^：:`]{4,}?(?:：|:(?=\s)))\s*(?P<rest>\S.{3,})$", re.DOTALL)
+_LIST_START = re.compile(r"^(?:\d+[.、)）]|[-*•①-⑩]|[（(]\d+[)）])")
+# a claim about what "the article" says (not "the article's criteria", which the prompt itself names)
+_ARTICLE_CLAIM = re.compile(r"(?:文章|文中|原文)(?!的标准|的四个|中的标准)|\b(?:the|this) article\b(?!'s criteria)",
+                            re.IGNORECASE)
 _FACT_MIN_ZH = 6
 _FACT_MIN_EN = 4
 
@@ -80,7 +89,8 @@ def specific_terms(sentence: str) -> set[str]:
             terms.add(t)
     # a bare number is specific (47%, 1.11, stage 3); one glued to a unit (100B, 40GB, 7x) is often written
     # in words in the other language (千亿, 130 亿), so it is left to the similarity score
-    terms |= {m.group(0) for m in _NUMBER.finditer(sentence) if not re.match(r"[A-Za-z]", sentence[m.end():m.end() + 1])}
+    plain = _ENUMERATOR.sub(" ", sentence)  # list numbers (（1）, 2.) state nothing
+    terms |= {m.group(0) for m in _NUMBER.finditer(plain) if not re.match(r"[A-Za-z]", plain[m.end():m.end() + 1])}
     terms |= {"fw:" + f for f in find_frameworks(sentence)}
     return {t for t in terms if t}
 
@@ -143,9 +153,24 @@ class CitationChecker:
         # the snippet shown for a citation is the passage sentence that matches best and also names the
         # sentence's specific terms (stage 2, torch.compile), not merely the most similar one
         fws = [_chunk_frameworks(s) for s in sources]
+        claim_fws = [set(find_frameworks(x)) for x in sentences]
+        sent_fws = [set(find_frameworks(x)) for x in flat]
+        # attribution: a passage sentence about other frameworks only cannot carry a claim about this one
+        # ("TensorFlow: mature, for experienced teams" does not support "PaddlePaddle is mature ...")
+        other = np.array([[bool(cf and sf and not cf & sf) for sf in sent_fws] for cf in claim_fws], dtype=bool)
+        pair = pair - ATTRIBUTION_PENALTY * other
+        own_terms = [{t for t in tokenize(x) if len(t) > 1 or not t.isascii()} for x in sentences]
         for j, ss in enumerate(src_sents):
             block = pair[:, start : start + len(ss)]
-            support[:, j] = block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j]
+            # a claim spliced from a sentence about another framework: the share of its words that only
+            # such sentences of the passage contain
+            spliced = np.zeros(len(sentences))
+            for i in range(len(sentences)):
+                if other[i, start : start + len(ss)].any():
+                    inc = set().union(*(flat_terms[start + x] for x in range(len(ss)) if other[i, start + x]))
+                    comp = set().union(*(flat_terms[start + x] for x in range(len(ss)) if not other[i, start + x]))
+                    spliced[i] = len((own_terms[i] & inc) - comp) / max(1, len(own_terms[i]))
+            support[:, j] = block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j] - SPLICE_PENALTY * spliced
             local = np.array([[missing_share(st, x, fws[j]) for x in ss] for st in specific])
             self._best_sent[:, j] = (block - 0.2 * local).argmax(axis=1)
             start += len(ss)
@@ -154,7 +179,7 @@ class CitationChecker:
     def check(self, answer: str, sources: list[Source]) -> CheckedAnswer:
         valid = {s.n for s in sources}
         by_n = {s.n: (j, s) for j, s in enumerate(sources)}
-        raw = split_sentences(answer)
+        raw = [piece for s in split_sentences(answer) for piece in split_lead_in(s)]
         parsed = [parse_markers(s) for s in raw]
         plain = [p[0] for p in parsed]
         support, src_sents = self.support_matrix(plain, sources)
@@ -181,13 +206,16 @@ class CitationChecker:
                     result.removed_sentences.append(text)
                 continue
             result.supported_sentences += 1
+            if _ARTICLE_CLAIM.search(text) and not any(_is_article(by_n[n][1]) for n in keep):
+                text = _neutral_attribution(text)
             for n in keep:
                 j, src = by_n[n]
                 score = float(support[i, j])
                 if n not in used or used[n].support < score:
                     snippet = _snippet(text, src_sents[j], int(self._best_sent[i, j]))
                     used[n] = _record(src, snippet, score)
-            out_sents.append(text + "".join(f"[{n}]" for n in keep))
+            marks = "".join(f"[{n}]" for n in keep)
+            out_sents.append(text[:-1] + marks + text[-1] if text[-1:] in ":：" else text + marks)
         if not result.supported_sentences and result.removed_sentences:
             # Nothing survived the check: keep nothing rather than an unsupported answer.
             result.text = ""
@@ -195,6 +223,27 @@ class CitationChecker:
             result.text = _join(out_sents)
         result.citations = [used[n] for n in sorted(used)]
         return result
+
+
+def split_lead_in(sentence: str) -> list[str]:
+    """"X 有以下四个部分：<another statement>" is two claims, each needing its own support: the small model
+    glues a lead-in from one passage to a sentence from another. A colon followed by a list stays whole."""
+    m = _LEAD_IN.match(sentence)
+    if not m or _LIST_START.match(m.group("rest")):
+        return [sentence]
+    return [m.group("lead").strip(), m.group("rest").strip()]
+
+
+def _is_article(src: Source) -> bool:
+    hit = getattr(src, "hit", None)
+    return hit is not None and "/article/" in hit.chunk.source
+
+
+def _neutral_attribution(text: str) -> str:
+    """"The article lists X" cited to a framework note: the fact stands, the attribution does not."""
+    text = re.sub(r"\b(?:the|this) article\b", "the documentation", text, flags=re.IGNORECASE)
+    text = re.sub(r"^the documentation", "The documentation", text)
+    return re.sub(r"这篇文章|文章|文中|原文", "资料", text)
 
 
 def _snippet(claim: str, sents: list[str], best: int) -> str:
