@@ -32,6 +32,7 @@ class RetrievalParams:
     cross_dense_weight: float = 0.5  # weight of the dense side for passages in the other language
     bm25_saturation: float = 8.0  # s in bm25 / (bm25 + s)
     framework_boost: float = 0.06
+    other_framework_penalty: float = 0.06  # passages only about frameworks the question does not name
     candidates: int = 40
     mode: str = "hybrid"  # "hybrid" | "dense" | "bm25"
     expand_dense: bool = True  # also embed the query with its cross-language terms; keep the better cosine
@@ -101,6 +102,12 @@ class Retriever:
             wanted = set(fws)
             score = score + p.framework_boost * np.array(
                 [bool(wanted & set(self.snap.chunks[int(r)].frameworks)) for r in idx], dtype=np.float32)
+        if fws and p.other_framework_penalty:
+            # a passage only about frameworks the question does not name is evidence about something else
+            wanted = set(fws)
+            score = score - p.other_framework_penalty * np.array(
+                [bool(self.snap.chunks[int(r)].frameworks) and not wanted & set(self.snap.chunks[int(r)].frameworks)
+                 for r in idx], dtype=np.float32)
         if p.article_boost and _ARTICLE_HINT.search(query):
             score = score + p.article_boost * np.array(
                 ["/article/" in self.snap.chunks[int(r)].source for r in idx], dtype=np.float32)

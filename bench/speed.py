@@ -107,7 +107,10 @@ def run_product(questions: list[dict], index_dir: Path, model: str) -> tuple[lis
                   f"total {row['total_s']:.1f} s, recall {row['recall']}", flush=True)
     rss = _rss_mb(srv.proc.pid) if srv.proc else 0.0
     srv.stop()
-    return rows, {"ready_s": ready_s, "server_rss_mb": rss}
+    # whether the warmed system prompt came from the KV file kept by an earlier start or was computed now
+    log = (state / "server.log").read_text(encoding="utf-8", errors="replace")
+    warm = "disk" if "(disk)" in log else "prefill" if "(prefill)" in log else "unknown"
+    return rows, {"ready_s": ready_s, "server_rss_mb": rss, "warm_state": warm}
 
 
 def _rss_mb(pid: int) -> float:
@@ -238,7 +241,8 @@ def summarise(product: list[dict], server: dict, tutorial: list[dict], raw: list
         "prompt_tokens_p50": p50([r.get("prompt_tokens") for r in answered]),
         "recall": statistics.mean([r["recall"] for r in product if r["recall"] is not None] or [0]),
         "prefill_tps_p50_upper": p50(prod_prefill),
-        "ready_s": server["ready_s"], "server_rss_mb": server["server_rss_mb"],
+        "ready_s": server["ready_s"], "ready_warm_state": server.get("warm_state"),
+        "server_rss_mb": server["server_rss_mb"],
         "machine": mach, "decode_bound_tps": decode_bound, "prefill_bound_tps": prefill_bound,
     }
     if tutorial:
