@@ -110,7 +110,7 @@ class Retriever:
                  for r in idx], dtype=np.float32)
         if p.article_boost and _ARTICLE_HINT.search(query):
             score = score + p.article_boost * np.array(
-                ["/article/" in self.snap.chunks[int(r)].source for r in idx], dtype=np.float32)
+                [self.snap.chunks[int(r)].is_article for r in idx], dtype=np.float32)
         order = np.argsort(-score)[:k]
         return [Hit(self.snap.chunks[int(idx[i])], float(score[i]), float(dense[i]), float(bm[i])) for i in order]
 

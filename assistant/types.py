@@ -45,6 +45,11 @@ class Chunk:
     lines: tuple[int, int]
     url: str = ""
 
+    @property
+    def is_article(self) -> bool:
+        """Whether the chunk comes from the reference article (corpus/article/), not a note or a framework page."""
+        return "/article/" in self.source
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["heading_path"] = list(self.heading_path)

@@ -148,13 +148,11 @@ def _load_in_background(app: FastAPI, service: AssistantService) -> threading.Th
 def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = True) -> FastAPI:
     """The app around one service. `load=False` skips start-up loading (the caller has loaded it)."""
 
-    loader: list[threading.Thread] = []
-
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        for thread in loader:
-            thread.join(timeout=30)
+        if app.state.loader is not None:
+            app.state.loader.join(timeout=30)
         service.close()
 
     app = FastAPI(title="Framework Advisor (框架选型助手) API", version="1.0", lifespan=lifespan,
@@ -163,10 +161,9 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
                   "No API key is required: the server binds 127.0.0.1 by default.")
     app.state.service = service
     app.state.load_error = None
-    if load and not service.ready():
-        # start loading now, not when uvicorn starts: the model and index load while the UI's imports
-        # (~5 s for Gradio) run, which is most of the time to /readyz
-        loader.append(_load_in_background(app, service))
+    # start loading now, not when uvicorn starts: the model and index load while the UI's imports
+    # (~5 s for Gradio) run, which is most of the time to /readyz
+    app.state.loader = _load_in_background(app, service) if load and not service.ready() else None
     app.state.metrics = Metrics(service)
     app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)

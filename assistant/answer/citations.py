@@ -128,7 +128,7 @@ class CitationChecker:
         """support[i, j] of sentence i by source j, and each source's sentences (for snippets)."""
         # checked against the whole passage a citation opens (what the user will read), not only the trimmed
         # evidence the model saw
-        texts = [_passage_text(s) for s in sources]
+        texts = [s.hit.chunk.text for s in sources]
         src_sents = [split_sentences(t) or [t] for t in texts]
         flat = [x for ss in src_sents for x in ss]
         if not sentences or not flat:
@@ -146,14 +146,13 @@ class CitationChecker:
         pair = 0.55 * cos + 0.45 * overlap
         support = np.zeros((len(sentences), len(sources)))
         specific = [specific_terms(x) for x in sentences]
-        penalty = np.array([[missing_share(st, t, _chunk_frameworks(s)) for s, t in zip(sources, texts, strict=True)]
-                            for st in specific])
+        fws = [set(s.hit.chunk.frameworks) for s in sources]
+        penalty = np.array([[missing_share(st, t, f) for f, t in zip(fws, texts, strict=True)] for st in specific])
         self._best_sent = np.zeros((len(sentences), len(sources)), dtype=int)
         start = 0
         # the snippet shown for a citation is the passage sentence that matches best and also names the
         # sentence's specific terms (stage 2, torch.compile), not merely the most similar one
-        fws = [_chunk_frameworks(s) for s in sources]
-        claim_fws = [set(find_frameworks(x)) for x in sentences]
+        claim_fws = [{t[3:] for t in st if t.startswith("fw:")} for st in specific]  # named frameworks
         sent_fws = [set(find_frameworks(x)) for x in flat]
         # attribution: a passage sentence about other frameworks only cannot carry a claim about this one
         # ("TensorFlow: mature, for experienced teams" does not support "PaddlePaddle is mature ...")
@@ -164,11 +163,12 @@ class CitationChecker:
             block = pair[:, start : start + len(ss)]
             # a claim spliced from a sentence about another framework: the share of its words that only
             # such sentences of the passage contain
+            terms_j = flat_terms[start : start + len(ss)]
             spliced = np.zeros(len(sentences))
-            for i in range(len(sentences)):
-                if other[i, start : start + len(ss)].any():
-                    inc = set().union(*(flat_terms[start + x] for x in range(len(ss)) if other[i, start + x]))
-                    comp = set().union(*(flat_terms[start + x] for x in range(len(ss)) if not other[i, start + x]))
+            for i, off in enumerate(other[:, start : start + len(ss)]):
+                if off.any():
+                    inc = set().union(*(t for t, o in zip(terms_j, off, strict=True) if o))
+                    comp = set().union(*(t for t, o in zip(terms_j, off, strict=True) if not o))
                     spliced[i] = len((own_terms[i] & inc) - comp) / max(1, len(own_terms[i]))
             support[:, j] = block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j] - SPLICE_PENALTY * spliced
             local = np.array([[missing_share(st, x, fws[j]) for x in ss] for st in specific])
@@ -206,7 +206,7 @@ class CitationChecker:
                     result.removed_sentences.append(text)
                 continue
             result.supported_sentences += 1
-            if _ARTICLE_CLAIM.search(text) and not any(_is_article(by_n[n][1]) for n in keep):
+            if _ARTICLE_CLAIM.search(text) and not any(by_n[n][1].hit.chunk.is_article for n in keep):
                 text = _neutral_attribution(text)
             for n in keep:
                 j, src = by_n[n]
@@ -234,11 +234,6 @@ def split_lead_in(sentence: str) -> list[str]:
     return [m.group("lead").strip(), m.group("rest").strip()]
 
 
-def _is_article(src: Source) -> bool:
-    hit = getattr(src, "hit", None)
-    return hit is not None and "/article/" in hit.chunk.source
-
-
 def _neutral_attribution(text: str) -> str:
     """"The article lists X" cited to a framework note: the fact stands, the attribution does not."""
     text = re.sub(r"\b(?:the|this) article\b", "the documentation", text, flags=re.IGNORECASE)
@@ -260,16 +255,6 @@ def _snippet(claim: str, sents: list[str], best: int) -> str:
     if g < 2:
         return sents[best]
     return " ".join(sents[m] for m in sorted((best, k)))
-
-
-def _passage_text(src: Source) -> str:
-    hit = getattr(src, "hit", None)
-    return hit.chunk.text if hit is not None else src.text
-
-
-def _chunk_frameworks(src: Source) -> set[str]:
-    hit = getattr(src, "hit", None)
-    return set(hit.chunk.frameworks) if hit is not None else set()
 
 
 def _record(src: Source, snippet: str, score: float) -> Citation:

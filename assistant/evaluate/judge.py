@@ -74,8 +74,11 @@ class SupportJudge:
         key = (premise, claim)
         if key not in self._cache:
             from ..answer.prompt import Source
+            from ..types import Chunk, Hit
 
-            src = Source(1, None, premise)  # type: ignore[arg-type]  # support_matrix reads only .text
+            chunk = Chunk(id="premise", text=premise, source="", title="", heading_path=(), language="",
+                          frameworks=(), lines=(0, 0))
+            src = Source(1, Hit(chunk, 1.0), premise)
             support, _ = self.checker.support_matrix([claim], [src])
             self._cache[key] = float(support[0, 0])
         return self._cache[key]

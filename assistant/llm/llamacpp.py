@@ -89,9 +89,10 @@ class LlamaCppChatModel(ChatModel):
         self.n_ctx = n_ctx
         self.state_dir = Path(state_dir) if state_dir else None
         self.warmed_from = ""  # "", "prefill" or "disk": how the last warmup() got its KV cache
+        st = self.path.stat()
         self._state_key = json.dumps({"llama_cpp": getattr(llama_cpp, "__version__", "?"),
-                                      "model": str(self.path.resolve()), "size": self.path.stat().st_size,
-                                      "mtime_ns": self.path.stat().st_mtime_ns, "n_ctx": n_ctx, "n_batch": n_batch,
+                                      "model": str(self.path.resolve()), "size": st.st_size,
+                                      "mtime_ns": st.st_mtime_ns, "n_ctx": n_ctx, "n_batch": n_batch,
                                       "flash_attn": flash_attn, "speculative": speculative})
         self._formatter = self._chat_formatter(llama_cpp)
 
