@@ -323,3 +323,21 @@ def test_corpus_and_framework_docs_all_load_and_chunk():
             assert_lines_hold_text(FRAMEWORK_DOCS.parent / d.source if d.source.startswith("framework-docs")
                                    else CORPUS.parent / d.source, chunks)
     assert 800 <= total <= 4000
+
+
+def test_link_lists_are_not_indexed_but_prose_with_links_is():
+    """A "Sources:" line of URLs and paths became chunks of its own that outranked the pages it names
+    ("Which parallelism strategies does Megatron Core support?" found the note's link list first)."""
+    text = ("Megatron Core supports tensor, pipeline, context and expert parallelism.\n\n"
+            "来源 / Sources: https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/README.md, "
+            "https://docs.nvidia.com/megatron-core/developer-guide/latest/index.html, framework-docs: "
+            "megatron-lm/megatron/core/QuickStart.md, megatron-lm/megatron/core/transformer/moe/README.md\n\n"
+            "See https://docs.nvidia.com/megatron-core/ for the full user guide of the library.\n")
+    chunks = chunk_document(_doc(text), max_tokens=40)
+    joined = " ".join(c.text for c in chunks)
+    assert "QuickStart.md" not in joined and "来源" not in joined
+    assert "tensor, pipeline" in joined and "for the full user guide" in joined
+    # every note ends its sections with such a line; none of them reaches the index
+    for note in sorted((CORPUS / "notes").glob("*.md")):
+        for c in chunk_document(load_document(note, CORPUS.parent)):
+            assert "来源 / Sources" not in c.text and not c.text.startswith("https://"), (note.name, c.text[:80])

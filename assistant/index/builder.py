@@ -22,6 +22,7 @@ from typing import Any
 from ..embed import Embedder
 from ..errors import UserError
 from ..ingest import LoadError, chunk_document, discover, load_document
+from ..ingest.chunker import CHUNKER_VERSION
 from ..types import Chunk
 from .cache import EmbeddingCache
 from .keyword import KeywordIndex
@@ -104,7 +105,8 @@ def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, ch
     prev_gen = current_generation(index_dir)
     prev_meta: dict[str, Any] = json.loads((prev_gen / "meta.json").read_text()) if prev_gen else {}
     fingerprints = {str(f): _sha(f) for f, _root in files}
-    settings_key = {"embedder": embedder.name, "chunk_tokens": chunk_tokens, "format": FORMAT_VERSION}
+    settings_key = {"embedder": embedder.name, "chunk_tokens": chunk_tokens, "format": FORMAT_VERSION,
+                    "chunker": CHUNKER_VERSION}
     report = BuildReport()
 
     same_settings = all(prev_meta.get(k) == v for k, v in settings_key.items())

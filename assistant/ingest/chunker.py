@@ -8,7 +8,9 @@ Rules (see docs/chunking.md for the numbers behind DEFAULT_CHUNK_TOKENS):
   row repeated in every piece (a row too wide for the budget is split between cells, each piece
   keeping the row's first cell and its column headers);
 - units are packed greedily up to max_tokens; Chinese and English prose never share a chunk;
-- a tiny trailing piece (< MIN_TOKENS) is merged into, or rebalanced with, the piece before it.
+- a tiny trailing piece (< MIN_TOKENS) is merged into, or rebalanced with, the piece before it;
+- a paragraph that is only a list of links or file paths (the notes' "来源 / Sources:" lines) is not
+  indexed: it states nothing, and its URL words (megatron/core/...) outranked the passages it points at.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ from .sections import line_numbers
 from .tokens import estimate_tokens
 
 DEFAULT_CHUNK_TOKENS = 160
+# bumped when the same file would give different chunks: an index built by another version re-chunks
+# every file (vectors of unchanged chunks are still reused from the embedding cache)
+CHUNKER_VERSION = 2
 MIN_TOKENS = 30
 TokenCounter = Callable[[str], int]
 
@@ -33,6 +38,8 @@ _SENTENCE_END = re.compile(r"(?:[。！？；][”’」』）)]*\s*|[.!?;][\"'�
 _SOFT_BREAKS = (re.compile(r"[，、,：:]\s*"), re.compile(r"\s+"))
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _URL = re.compile(r"https?://\S+|\S+/\S+")  # URLs and paths are not prose
+_FILE_NAME = re.compile(r"[\w.-]+\.(md|rst|txt|py|ipynb|html?|pdf)", re.IGNORECASE)
+_REF_LABEL = re.compile(r"^\s*(来源|参考|出处|Sources?|References?|See also)(\s*/\s*\w+)?\s*[:：]", re.IGNORECASE)
 
 
 @dataclass
@@ -77,6 +84,14 @@ def _lang_tag(text: str, kind: str) -> str | None:
     return None
 
 
+def is_reference_list(text: str) -> bool:
+    """A paragraph that only lists links or paths (with an optional "Sources:" label): not evidence."""
+    words = [w for w in re.split(r"[\s,，;；]+", _REF_LABEL.sub("", text))
+             if w.strip("-*:：") and not w.endswith((":", "："))]  # inner labels ("framework-docs:") aside
+    links = sum(1 for w in words if _URL.fullmatch(w) or _FILE_NAME.fullmatch(w))
+    return links >= 2 and links >= 0.7 * len(words)
+
+
 def _blocks(section: Section) -> list[_Block]:
     lines, nums = section.text.split("\n"), line_numbers(section)
     out: list[_Block] = []
@@ -100,7 +115,8 @@ def _blocks(section: Section) -> list[_Block]:
             kind = "prose"
             while j < len(lines) and lines[j].strip() and not lines[j].strip().startswith(("```", "~~~", "|")):
                 j += 1
-        out.append(_Block(kind, lines[i:j], nums[i:j]))
+        if not (kind == "prose" and is_reference_list("\n".join(lines[i:j]))):
+            out.append(_Block(kind, lines[i:j], nums[i:j]))
         i = j
     return out
 
