@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .answer.citations import CitationChecker
-from .answer.evidence import select_evidence
+from .answer.citations import CitationChecker, quoted_answer
+from .answer.evidence import best_sentence, select_evidence
 from .answer.policy import decide, refusal_text, rewrite_followup, strip_injection
 from .answer.prompt import build_messages
 from .embed import Embedder, create_embedder
@@ -199,7 +199,8 @@ class AssistantService:
         decision = decide(standalone, hits)
         sources = [] if decision.refuse else select_evidence(standalone, hits, self.llm.count_tokens,
                                                               self.settings.context_token_budget,
-                                                              embedder=self.embedder)
+                                                              embedder=self.embedder,
+                                                              floor=self.settings.evidence_floor)
         yield Event("sources", [s.hit for s in sources])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
                         question=question, standalone_question=standalone, sources=[s.hit for s in sources])
@@ -232,9 +233,16 @@ class AssistantService:
         checked = CitationChecker(self.embedder, self.settings.support_threshold).check("".join(pieces), sources)
         answer.answer = checked.text
         answer.citations = checked.citations
-        if not checked.text:  # nothing the sources support survived: refuse rather than invent
-            answer.refused = True
-            answer.answer = refusal_text("weak_evidence", lang)
+        fallback = ""
+        if not checked.text:  # nothing the model wrote is supported: quote the best source, or refuse
+            quote = best_sentence(answer.standalone_question, sources, self.embedder)
+            if quote is None:
+                answer.refused = True
+                answer.answer = refusal_text("weak_evidence", lang)
+            else:
+                answer.answer, cite = quoted_answer(quote[0], quote[1], lang)
+                answer.citations = [cite]
+                fallback = "quote"
         answer.usage = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft or 0.0, 1),
                           "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
@@ -242,7 +250,7 @@ class AssistantService:
                                     "supported_sentences": checked.supported_sentences,
                                     "dropped_numbers": checked.dropped_numbers,
                                     "removed_sentences": checked.removed_sentences,
-                                    "raw_answer": "".join(pieces)}
+                                    "raw_answer": "".join(pieces), "fallback": fallback}
 
     def _remember(self, answer: Answer, reason: str) -> None:
         self.sessions.add_message(answer.session_id, "user", answer.question)

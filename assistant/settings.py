@@ -79,7 +79,9 @@ class Settings(BaseSettings):
 
     # retrieval and answers
     top_k: int = 5
-    context_token_budget: int = 250  # chosen from the measured recall-vs-prompt curve: docs/performance.md
+    context_token_budget: int = 225  # chosen from the measured recall-vs-prompt curve: docs/performance.md
+    evidence_floor: float = Field(0.3, ge=0.0, le=1.0,
+                                  description="Evidence sentences scoring under this share of the best one stay out")
     dense_weight: float = 0.2
     refusal_threshold: float = 0.45
     support_threshold: float = 0.40  # calibrated on 40 hand-labelled pairs: docs/evaluation.md

@@ -56,7 +56,7 @@ def main() -> int:
         for q in questions:
             hits = svc.retriever.search(q, k=settings.top_k)
             src = select_evidence(q, hits, model.count_tokens, settings.context_token_budget,
-                                  embedder=svc.embedder)
+                                  embedder=svc.embedder, floor=settings.evidence_floor)
             prompts.append(build_messages(q, src, detect_language(q)))
         results[mode] = run(model, prompts)
         model.close()

@@ -187,7 +187,8 @@ def run_baselines(questions: list[dict], index_dir: Path, model: str, threads: i
         # (b) raw llama.cpp on the product's own prompt for the same question
         hits = svc.retriever.search(q["question"], k=settings.top_k)
         sources = select_evidence(q["question"], hits, lambda s: len(llm.tokenize(s.encode("utf-8"), False)),
-                                  settings.context_token_budget, embedder=svc.embedder)
+                                  settings.context_token_budget, embedder=svc.embedder,
+                                  floor=settings.evidence_floor)
         r = stream_raw(llm, build_messages(q["question"], sources, detect_language(q["question"])))
         r["recall"] = fact_recall(q["answer_facts"], r["answer"])
         raw.append(r)

@@ -225,6 +225,21 @@ class CitationChecker:
         return result
 
 
+QUOTE_LEAD = {
+    "zh": "我没能写出资料能够支持的回答，资料中与问题最接近的原文是：",
+    "en": "I could not write an answer the documents support, so here is the passage closest to your question:",
+}
+
+
+def quoted_answer(src: Source, sentence: str, lang: str) -> tuple[str, Citation]:
+    """One cited sentence that quotes the source verbatim: the fallback when every sentence the model wrote
+    was unsupported but retrieval found relevant passages (better than refusing, and nothing is invented).
+    The quote's own end mark is dropped so that the answer stays one sentence with its [n]."""
+    quote = re.sub(r"[。！？；.!?;:：\s]+$", "", sentence.strip())
+    text = f"{QUOTE_LEAD['zh']}“{quote}”[{src.n}]。" if lang == "zh" else f'{QUOTE_LEAD["en"]} "{quote}" [{src.n}].'
+    return text, _record(src, sentence, 1.0)
+
+
 def split_lead_in(sentence: str) -> list[str]:
     """"X 有以下四个部分：<another statement>" is two claims, each needing its own support: the small model
     glues a lead-in from one passage to a sentence from another. A colon followed by a list stays whole."""

@@ -5,7 +5,9 @@ is shown the sentences that matter, not whole chunks. Every sentence of the top 
 against the question by meaning (the embedder, which also bridges Chinese and English) and by shared
 terms (with the cross-language aliases); each passage first contributes its best sentence, in rank order
 (so a comparison keeps evidence for each side), then the best remaining sentences fill the budget.
-Duplicates are dropped, and the kept sentences of a passage stay in their original order.
+Duplicates are dropped, a sentence scoring under `floor` x the best one stays out (a weak passage's best
+sentence, a table of contents, a list of paper titles: tokens the model reads for nothing), and the kept
+sentences of a passage stay in their original order.
 The budget was chosen from a measured curve of key-fact recall against prompt length (docs/performance.md).
 """
 from __future__ import annotations
@@ -23,15 +25,18 @@ from .prompt import Source
 from .text import normalise, split_sentences
 
 _REFERENCE_LINE = re.compile(r"^\s*(来源\s*/\s*Sources|来源|Sources?)\s*[:：]|https?://\S+", re.IGNORECASE)
+# text addressed to the model ("ignore all previous instructions ...") is never what an answer quotes
+_INSTRUCTION = re.compile(r"\bignore\s+(all\s+|any\s+|the\s+|your\s+)?(previous|prior|above)?\s*instructions|"
+                          r"忽略(之前|以上|所有|全部)?的?(指令|指示|规则)", re.IGNORECASE)
 MAX_SENTENCE_TOKENS = 120  # a longer "sentence" (a code block, a table row dump) only goes in when it ranks first
 
 
 def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str], int], budget: int,
-                    max_sources: int = 4, embedder: Embedder | None = None) -> list[Source]:
+                    max_sources: int = 4, embedder: Embedder | None = None, floor: float = 0.0) -> list[Source]:
     hits = hits[:max_sources]
     if not hits:
         return []
-    q_terms = _terms(question) | {t for term in expand_terms(question) for t in _terms(term)}
+    q_terms = _weighted_terms(question)
     cands: list[tuple[int, int, str]] = []  # (hit index, sentence index, text)
     for hi, hit in enumerate(hits):
         cands += [(hi, si, s) for si, s in enumerate(split_sentences(hit.chunk.text)) if not _is_reference(s)]
@@ -42,6 +47,8 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
     chosen: set[int] = set()
     seen: set[str] = set()
     used = 0
+    cutoff = floor * max(scores)
+
 
     def take(i: int, first: bool) -> None:
         nonlocal used
@@ -50,6 +57,8 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
             return
         t = count_tokens(cands[i][2])
         if (t > MAX_SENTENCE_TOKENS and not first) or used + t > budget and chosen:
+            return
+        if scores[i] < cutoff and chosen:
             return
         chosen.add(i)
         seen.add(key)
@@ -72,6 +81,19 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
     return out
 
 
+def best_sentence(question: str, sources: list[Source], embedder: Embedder | None = None,
+                  max_chars: int = 400) -> tuple[Source, str] | None:
+    """The single evidence sentence that matches the question best (scored as in select_evidence): what
+    an answer falls back to quoting when nothing the model wrote could be checked against the sources."""
+    cands = [(s, x.strip()) for s in sources for x in split_sentences(s.text)
+             if x.strip() and not _is_reference(x) and len(x) <= max_chars and "```" not in x
+             and not _INSTRUCTION.search(x)]
+    if not cands:
+        return None
+    scores = _scores(question, _weighted_terms(question), [x for _, x in cands], embedder)
+    return cands[int(np.argmax(scores))]
+
+
 def _is_reference(sentence: str) -> bool:
     """A list of source URLs (the notes end each section with one): evidence of nothing, and costly."""
     m = _REFERENCE_LINE.match(sentence)
@@ -81,13 +103,31 @@ def _is_reference(sentence: str) -> bool:
     return urls > 0.5 * len(sentence)
 
 
+_ZH_ORDINAL = re.compile(r"第\s*([一二三四五六七八九十])")
+_ZH_DIGIT = dict(zip("一二三四五六七八九十", ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10"], strict=True))
+
+
 def _terms(text: str) -> set[str]:
-    return {t for t in tokenize(text) if len(t) > 1 or not t.isascii()}
+    """Words that count as shared with the question: no single Latin letters, but digits do count, and
+    a Chinese ordinal is written as the digit the documents use (第三阶段 = 第 3 阶段 = stage 3)."""
+    text = _ZH_ORDINAL.sub(lambda m: f"第 {_ZH_DIGIT[m.group(1)]} ", text)
+    return {t for t in tokenize(text) if len(t) > 1 or not t.isascii() or t.isdigit()}
 
 
-def _scores(question: str, q_terms: set[str], sents: list[str], embedder: Embedder | None) -> list[float]:
-    """Meaning (cosine, when an embedder is given) plus the share of the question's terms a sentence has."""
-    overlap = [len(q_terms & _terms(s)) / max(1, min(len(q_terms), 6)) for s in sents]
+def _weighted_terms(question: str) -> dict[str, float]:
+    """The question's own words (1), a number it asks about (2: "stage 3" is not "stage 1"), and the
+    cross-language terms it expands to (0.5: they bridge zh and en, but an alias such as ZeRO ->
+    optimizer-state sharding must not outweigh what the question actually says)."""
+    own = _terms(question)
+    weights = {t: 0.5 for term in expand_terms(question) for t in _terms(term)}
+    weights.update({t: 2.0 if t.isdigit() else 1.0 for t in own})
+    return weights
+
+
+def _scores(question: str, q_terms: dict[str, float], sents: list[str], embedder: Embedder | None) -> list[float]:
+    """Meaning (cosine, when an embedder is given) plus the weighted share of the question's terms a sentence has."""
+    norm = max(1.0, min(sum(q_terms.values()), 6.0))
+    overlap = [sum(q_terms[t] for t in _terms(s) if t in q_terms) / norm for s in sents]
     if embedder is None or not sents:
         return overlap
     q = np.asarray(embedder.query(question), dtype=np.float32)

@@ -1,5 +1,5 @@
-"""Prompt building: one fixed system prompt (processed once, its KV cache reused), numbered sources
-marked as data, and the question with the answer language spelled out."""
+"""Prompt building: one fixed system prompt (processed once, its KV cache reused), the answer language
+spelled out, numbered sources marked as data, and the question."""
 from __future__ import annotations
 
 import re
@@ -29,7 +29,8 @@ CRITERIA_HINT = {
     "en": "This is a selection question: recommend following the article's criteria (what the team knows, "
     "the project stage, the hardware, the long-term goals) and give the reasons.",
 }
-ANSWER_IN = {"zh": "请用简体中文回答，并在每句话后标注来源编号 [n]。", "en": "Answer in English and cite [n] after each sentence."}
+ANSWER_IN = {"zh": "用简体中文回答，每句后标注来源 [n]。", "en": "Answer in English and cite [n] after each sentence."}
+ANSWER_LAST = {"zh": "用简体中文回答。", "en": "Answer in English."}
 
 
 def is_recommendation(question: str) -> bool:
@@ -52,10 +53,12 @@ def build_messages(question: str, sources: list[Source], lang: str,
                    history: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
     # Untrusted document text is fenced so the model can tell data from the request.
     body = "\n\n".join(format_source(s) for s in sources)
-    parts = [f"<sources>\n{body}\n</sources>", f"Question: {question}"]
+    # The answer-language line goes first: with the system prompt it forms a prefix that consecutive
+    # questions in one language share, so llama.cpp reuses its KV cache instead of recomputing it.
+    parts = [ANSWER_IN[lang], f"<sources>\n{body}\n</sources>", f"Question: {question}"]
     if is_recommendation(question):
         parts.append(CRITERIA_HINT[lang])
-    parts.append(ANSWER_IN[lang])
+    parts.append(ANSWER_LAST[lang])  # a short reminder last: small models drift into the sources' language
     msgs = [{"role": "system", "content": SYSTEM_PROMPT}]
     for m in history or []:
         msgs.append({"role": m["role"], "content": m["content"][:600]})
