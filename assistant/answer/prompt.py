@@ -18,8 +18,10 @@ SYSTEM_PROMPT = (
     "4. Answer in the language the user asks for, in at most 5 short sentences, without a preamble."
 )
 
+# "千亿参数预训练用什么？" asks for a choice; "Megatron-FSDP 用什么 pip 包名安装？" asks for a fact (the selection
+# hint there made the model write "the package name fits the long-term goal" in the fourth-session hand check)
 _RECOMMEND = re.compile(
-    r"选什么|选哪|用什么|推荐|适合|应该选|怎么选|选型|哪个框架|which framework|should we|should i|recommend|choose|"
+    r"选什么|选哪|用什么(框架|方案|组合|技术栈)|用什么\s*[？?。]?\s*$|推荐|适合|应该选|怎么选|选型|哪个框架|which framework|should we|should i|recommend|choose|"
     r"best (framework|choice|option)|what to use|pick",
     re.IGNORECASE,
 )
