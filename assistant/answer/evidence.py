@@ -21,13 +21,11 @@ from ..embed import Embedder
 from ..frameworks import expand_terms
 from ..index.keyword import tokenize
 from ..types import Hit
+from .policy import addresses_the_model
 from .prompt import Source
 from .text import normalise, split_sentences
 
 _REFERENCE_LINE = re.compile(r"^\s*(来源\s*/\s*Sources|来源|Sources?)\s*[:：]|https?://\S+", re.IGNORECASE)
-# text addressed to the model ("ignore all previous instructions ...") is never what an answer quotes
-_INSTRUCTION = re.compile(r"\bignore\s+(all\s+|any\s+|the\s+|your\s+)?(previous|prior|above)?\s*instructions|"
-                          r"忽略(之前|以上|所有|全部)?的?(指令|指示|规则)", re.IGNORECASE)
 MAX_SENTENCE_TOKENS = 120  # a longer "sentence" (a code block, a table row dump) only goes in when it ranks first
 
 
@@ -47,8 +45,7 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
     chosen: set[int] = set()
     seen: set[str] = set()
     used = 0
-    cutoff = floor * max(scores)
-
+    cutoff = floor * max(scores)  # only the first sentence taken may score under it
 
     def take(i: int, first: bool) -> None:
         nonlocal used
@@ -56,9 +53,7 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
         if key in seen:
             return
         t = count_tokens(cands[i][2])
-        if (t > MAX_SENTENCE_TOKENS and not first) or used + t > budget and chosen:
-            return
-        if scores[i] < cutoff and chosen:
+        if (t > MAX_SENTENCE_TOKENS and not first) or chosen and (used + t > budget or scores[i] < cutoff):
             return
         chosen.add(i)
         seen.add(key)
@@ -87,7 +82,7 @@ def best_sentence(question: str, sources: list[Source], embedder: Embedder | Non
     an answer falls back to quoting when nothing the model wrote could be checked against the sources."""
     cands = [(s, x.strip()) for s in sources for x in split_sentences(s.text)
              if x.strip() and not _is_reference(x) and len(x) <= max_chars and "```" not in x
-             and not _INSTRUCTION.search(x)]
+             and not addresses_the_model(x)]  # text addressed to the model is never quoted
     if not cands:
         return None
     scores = _scores(question, _weighted_terms(question), [x for _, x in cands], embedder)

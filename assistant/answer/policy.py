@@ -26,6 +26,13 @@ _LEAK = re.compile(
     r"(previous|prior|above)|系统提示|系统指令|提示词|你的指令|忽略(之前|以上|上面|前面)",
     re.IGNORECASE,
 )
+
+
+def addresses_the_model(text: str) -> bool:
+    """Whether text asks for or overrides the assistant's instructions ("ignore all previous ...", "系统提示词")."""
+    return _LEAK.search(text) is not None
+
+
 _DOMAIN_TERMS = tuple({t for group in CONCEPTS for t in group if len(t) >= 2} | {
     "训练", "框架", "模型", "并行", "training", "framework", "model", "parallel", "gpu", "optimizer", "tensor"})
 
@@ -62,7 +69,7 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None) 
     `question` is expected to have gone through strip_injection already.
     """
     th = th or RefusalThresholds()
-    if _LEAK.search(question):
+    if addresses_the_model(question):
         return Decision(True, "prompt_leak")
     if not hits:
         return Decision(True, "empty")
