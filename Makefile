@@ -12,7 +12,7 @@ PORT ?= 7860
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: help install install-torch browser-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget lint clean
+.PHONY: help install install-torch browser-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
 
 help:
 	@echo "make run        install everything, prepare the model, build the index, serve UI + API on http://$(HOST):$(PORT)"
@@ -20,6 +20,7 @@ help:
 	@echo "make test-all   also the slow tests (transformers backend, full API round trips)"
 	@echo "make eval       full evaluation with the default model -> eval/out/latest/report.html"
 	@echo "make bench      retrieval, API latency and speed benchmarks"
+	@echo "make plots      SVG plots of bench/results/*.json -> docs/img/ (measures nothing)"
 	@echo "make lint       ruff + mypy"
 
 $(VENV)/.installed: pyproject.toml requirements-models.txt
@@ -90,6 +91,10 @@ bench: index bench-retrieval
 	$(BIN)/python bench/speculative.py
 	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/growth.py --index-dir index
+
+# Draws docs/img/*.svg from the results kept in bench/results/; runs no benchmark.
+plots: install
+	$(BIN)/python bench/plots.py
 
 lint: install
 	$(BIN)/ruff check assistant ui tests bench
