@@ -103,6 +103,9 @@ def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:
     assert "article" not in claim.text and "documentation says" in claim.text  # the fact stays, the attribution goes
     own = checker.check("文章认为 PyTorch 的动态图让调试行云流水 [1]。", [table])
     assert "文章认为" in own.text  # cited to the article itself: left alone
+    criteria = checker.check("Based on the article's criteria, Colossal-AI suits fine-tuning large models on a few "
+                             "GPUs [1].", [note])
+    assert criteria.text.startswith("Based on these sources, Colossal-AI")  # the note holds no criteria of the article
 
 
 def test_a_sentence_whose_subject_is_a_pronoun_needs_stronger_support() -> None:
