@@ -142,7 +142,8 @@ def test_llama_streams_pieces_and_counts_usage(tiny) -> None:
     assert len(pieces) > 3 and "".join(pieces).strip()
     usage = tiny.last_usage
     assert usage.prompt_tokens > 10 and 3 < usage.completion_tokens <= 24
-    assert usage.extra["ttft_s"] > 0 and usage.extra["decode_tok_s"] > 1
+    # measured and positive; how fast is bench/'s business (CI saw 0.35 tok/s with an evaluation on the same cores)
+    assert usage.extra["ttft_s"] > 0 and usage.extra["decode_tok_s"] > 0
     assert tiny.count_tokens("PyTorch and JAX") < tiny.count_tokens("PyTorch and JAX " * 5)
 
 
