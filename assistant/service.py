@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,10 +197,7 @@ class AssistantService:
         hits = self.retriever.search(standalone, k=self.settings.top_k, filters=_clean_filters(filters))
         retrieval_ms = (time.perf_counter() - t0) * 1000
         decision = decide(standalone, hits)
-        sources = [] if decision.refuse else select_evidence(standalone, hits, self.llm.count_tokens,
-                                                              self.settings.context_token_budget,
-                                                              embedder=self.embedder,
-                                                              floor=self.settings.evidence_floor)
+        sources = [] if decision.refuse else self.evidence(standalone, hits)
         yield Event("sources", [s.hit for s in sources])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
                         question=question, standalone_question=standalone, sources=[s.hit for s in sources])
@@ -215,6 +212,18 @@ class AssistantService:
         self._remember(answer, decision.reason)
         yield Event("citations", answer.citations)
         yield Event("done", answer)
+
+    def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None) -> list:
+        """The evidence an answer's prompt carries for these hits (the settings' budget and floor); benchmarks
+        that run their own model pass its `count_tokens` so the service's model is not loaded."""
+        return select_evidence(question, hits, count_tokens or self.llm.count_tokens,
+                               self.settings.context_token_budget, embedder=self.embedder,
+                               floor=self.settings.evidence_floor)
+
+    def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None) -> list[dict[str, str]]:
+        """The messages the product sends the model for a standalone question, for benchmarks to replay."""
+        hits = self.retriever.search(question, k=self.settings.top_k)
+        return build_messages(question, self.evidence(question, hits, count_tokens), detect_language(question))
 
     def _generate(self, answer: Answer, sources: list, lang: str, t0: float, retrieval_ms: float,
                   ticket: Ticket) -> Iterator[Event]:

@@ -18,9 +18,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from assistant.answer.evidence import select_evidence  # noqa: E402
-from assistant.answer.prompt import build_messages  # noqa: E402
-from assistant.lang import detect_language  # noqa: E402
 from assistant.llm.llamacpp import LlamaCppChatModel  # noqa: E402
 from assistant.llm.models import prepare_model  # noqa: E402
 from assistant.service import AssistantService  # noqa: E402
@@ -52,12 +49,7 @@ def main() -> int:
     results = {}
     for mode in ("none", "prompt_lookup"):
         model = LlamaCppChatModel(path, n_threads=settings.threads, speculative=mode)
-        prompts = []
-        for q in questions:
-            hits = svc.retriever.search(q, k=settings.top_k)
-            src = select_evidence(q, hits, model.count_tokens, settings.context_token_budget,
-                                  embedder=svc.embedder, floor=settings.evidence_floor)
-            prompts.append(build_messages(q, src, detect_language(q)))
+        prompts = [svc.prompt_messages(q, model.count_tokens) for q in questions]
         results[mode] = run(model, prompts)
         model.close()
     base_tps, base_ttft, base_text = results["none"]

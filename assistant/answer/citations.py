@@ -33,6 +33,7 @@ _ENUMERATOR = re.compile(r"[（(]\d{1,2}[)）]|(?:^|(?<=[：:，,；;]))\s*\d{1,
 SPECIFIC_PENALTY = 0.5
 ATTRIBUTION_PENALTY = 0.3
 SPLICE_PENALTY = 1.0
+ELSEWHERE_PENALTY = 1.0  # a claim about frameworks the passage never names: unsupported whatever the wording
 # plain framework names (checked as frameworks, in any spelling); API names such as torch.compile stay specific
 _FRAMEWORK_WORDS = ({n.lower() for n in FRAMEWORKS} | {n.lower().replace("-", "") for n in FRAMEWORKS}
                     | {"torch", "paddle", "megatron", "colossal"})
@@ -44,7 +45,8 @@ _LIST_START = re.compile(r"^(?:\d+[.、)）]|[-*•①-⑩]|[（(]\d+[)）])")
 _ARTICLE_CLAIM = re.compile(r"文章|文中|原文|\b(?:the|this) article\b", re.IGNORECASE)
 # a sentence whose subject is only a pronoun ("这个包名……", "This API ...", "It ...") takes its subject from the
 # sentence before; the passage can confirm only the predicate, so such a sentence needs a higher score
-# (40 hand-labelled sentences of run C: 6 of 8 such sentences under 0.70 were unsupported; docs/evaluation.md)
+# (in the hand-labelled samples of sessions 3 and 4, 7 of the 8 such sentences under 0.70 were unsupported;
+# docs/evaluation.md)
 _DEICTIC = re.compile(r"^[*_\s]*(?:(?:这|那|它|该|此|其)(?!外|次|实|他|么)|(?:This|That|These|Those|It|Its|They|Their)\b)")
 DEICTIC_THRESHOLD = 0.70
 CITED_MARGIN = 0.30  # a cited source scoring this much below the best source gives way to it
@@ -116,12 +118,12 @@ def _found(term: str, low: str, frameworks: set[str]) -> bool:
 
 
 def missing_share(sentence_terms: set[str], passage: str, frameworks: set[str]) -> float:
-    """Share of a sentence's specific terms that the passage (or its chunk's framework tags) lacks."""
+    """Share of a sentence's specific terms that the passage lacks; `frameworks` are those the passage is about
+    (its chunk's tags and the ones its text names)."""
     if not sentence_terms:
         return 0.0
     low = passage.lower()
-    fws = frameworks | set(find_frameworks(passage))
-    return sum(not _found(t, low, fws) for t in sentence_terms) / len(sentence_terms)
+    return sum(not _found(t, low, frameworks) for t in sentence_terms) / len(sentence_terms)
 
 
 class CitationChecker:
@@ -155,7 +157,9 @@ class CitationChecker:
         support = np.zeros((len(sentences), len(sources)))
         specific = [specific_terms(x) for x in sentences]
         fws = [set(s.hit.chunk.frameworks) for s in sources]
-        penalty = np.array([[missing_share(st, t, f) for f, t in zip(fws, texts, strict=True)] for st in specific])
+        passage_fws = [f | set(find_frameworks(t)) for f, t in zip(fws, texts, strict=True)]  # once per source
+        penalty = np.array([[missing_share(st, t, f) for f, t in zip(passage_fws, texts, strict=True)]
+                            for st in specific])
         self._best_sent = np.zeros((len(sentences), len(sources)), dtype=int)
         start = 0
         # the snippet shown for a citation is the passage sentence that matches best and also names the
@@ -180,11 +184,10 @@ class CitationChecker:
                     spliced[i] = len((own_terms[i] & inc) - comp) / max(1, len(own_terms[i]))
             # a passage about other frameworks only, naming none of the claim's, cannot carry it at all
             # ("JAX supports TPUs via TPUClusterResolver" cited to TensorFlow's hardware passage)
-            passage_fws = fws[j] | set(find_frameworks(texts[j]))
-            elsewhere = np.array([bool(cf and passage_fws and not cf & passage_fws) for cf in claim_fws])
+            elsewhere = np.array([bool(cf and passage_fws[j] and not cf & passage_fws[j]) for cf in claim_fws])
             support[:, j] = (block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j] - SPLICE_PENALTY * spliced
-                             - SPLICE_PENALTY * elsewhere)
-            local = np.array([[missing_share(st, x, fws[j]) for x in ss] for st in specific])
+                             - ELSEWHERE_PENALTY * elsewhere)
+            local = np.array([[missing_share(st, x, fws[j] | set(find_frameworks(x))) for x in ss] for st in specific])
             self._best_sent[:, j] = (block - 0.2 * local).argmax(axis=1)
             start += len(ss)
         return support, src_sents
