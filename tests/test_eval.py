@@ -25,6 +25,9 @@ def test_fact_recall_alternatives_case_and_width() -> None:
     assert M.fact_recall(facts, answer) == pytest.approx(3 / 4)
     assert M.fact_recall(["流水线并行|pipeline"], "Pipeline parallelism splits layers") == 1.0
     assert M.fact_recall([], "anything") is None
+    # a hyphenated compound states the same fact as the spaced one, both ways round
+    assert M.fact_recall(["parameter server", "ZeRO-Offload"], "Use the parameter-server mode with ZeRO Offload") == 1.0
+    assert M.fact_recall(["parameter server"], "parameter-free server") == 0.0
 
 
 def test_refusal_accuracy() -> None:

@@ -1,6 +1,6 @@
 """Metric functions: pure, no model, no I/O. Each returns None when the metric does not apply to a case.
 
-Owns: fact matching (NFKC, case-insensitive, `|` alternatives), refusal correctness, retrieval hit@k and
+Owns: fact matching (NFKC, case-insensitive, `|` alternatives, parameter-server = parameter server), refusal correctness, retrieval hit@k and
 reciprocal rank by source-path suffix, citation marker validity and source hit, ALCE-style citation
 recall/precision given an entailment function, percentiles and aggregation (overall, by language, by kind).
 """
@@ -25,10 +25,15 @@ def norm(text: str) -> str:
     return unicodedata.normalize("NFKC", text).lower()
 
 
+def _fact_norm(text: str) -> str:
+    """norm(), and a hyphen between letters reads as a space: "parameter-server mode" states "parameter server"."""
+    return re.sub(r"(?<=[a-z])-(?=[a-z])", " ", norm(text))
+
+
 def fact_present(fact: str, answer: str) -> bool:
     """A fact is present when any of its `|` alternatives occurs in the answer."""
-    a = norm(answer)
-    return any(alt.strip() and norm(alt.strip()) in a for alt in fact.split("|"))
+    a = _fact_norm(answer)
+    return any(alt.strip() and _fact_norm(alt.strip()) in a for alt in fact.split("|"))
 
 
 def fact_recall(facts: Sequence[str], answer: str) -> float | None:
