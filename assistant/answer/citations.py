@@ -23,18 +23,20 @@ from ..index.keyword import tokenize
 from ..lang import detect_language
 from ..types import Citation
 from .prompt import Source
-from .text import split_sentences
+from .text import split_sentences, starts_with_pronoun
 
 _MARK = re.compile(r"\s*[,，、]?\s*[\[【](\d+(?:\s*[,，、]\s*\d+)*)[\]】]")  # "[1], [2]": the commas go too
 _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
 _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"
                     r"|[A-Za-z]*[A-Z][A-Za-z]*\d*[A-Z][A-Za-z0-9_-]*|[A-Z]{2,}\d*)")
+_CODE = re.compile(r"`([^`\n]{2,80})`")
 _ENUMERATOR = re.compile(r"[（(]\d{1,2}[)）]|(?:^|(?<=[：:，,；;]))\s*\d{1,2}[.、)）](?!\d)")
 SPECIFIC_PENALTY = 0.5
 ATTRIBUTION_PENALTY = 0.3
 SPLICE_PENALTY = 1.0
 ELSEWHERE_PENALTY = 1.0  # a claim about frameworks the passage never names: unsupported whatever the wording
+CODE_PENALTY = 1.0  # code in backticks the passage does not contain: what a reader would run is invented
 # plain framework names (checked as frameworks, in any spelling); API names such as torch.compile stay specific
 _FRAMEWORK_WORDS = ({n.lower() for n in FRAMEWORKS} | {n.lower().replace("-", "") for n in FRAMEWORKS}
                     | {"torch", "paddle", "megatron", "colossal"})
@@ -49,7 +51,6 @@ _ARTICLE_CLAIM = re.compile(r"文章|文中|原文|\b(?:the|this) article\b", re
 # (0.70 from the samples of sessions 3 and 4; 0.80 since session 6: of the 25 such sentences in the five labelled
 # samples, every supported one scored >= 0.85, and the unsupported ones up to 0.72 apart from verbatim copies;
 # docs/evaluation.md)
-_DEICTIC = re.compile(r"^[*_\s]*(?:(?:这|那|它|该|此|其)(?!外|次|实|他|么)|(?:This|That|These|Those|It|Its|They|Their)\b)")
 DEICTIC_THRESHOLD = 0.80
 CITED_MARGIN = 0.30  # a cited source scoring this much below the best source gives way to it
 # A sentence that is a near-copy of one passage sentence (support >= QUOTE_THRESHOLD) is shown in the passage's own
@@ -114,6 +115,11 @@ def specific_terms(sentence: str) -> set[str]:
     return {t for t in terms if t}
 
 
+def code_spans(sentence: str) -> set[str]:
+    """Code in backticks (`pip install megatron-fsdp`, `--bind_cores_to_rank`), lower case, spaces collapsed."""
+    return {" ".join(m.group(1).split()).lower().removesuffix("()") for m in _CODE.finditer(sentence)}
+
+
 def _found(term: str, low: str, frameworks: set[str]) -> bool:
     if term.startswith("fw:"):
         return term[3:] in frameworks
@@ -170,6 +176,7 @@ class CitationChecker:
         pair = 0.55 * cos + 0.45 * overlap
         support = np.zeros((len(sentences), len(sources)))
         specific = [specific_terms(x) for x in sentences]
+        codes = [code_spans(x) for x in sentences]
         fws = [set(s.hit.chunk.frameworks) for s in sources]
         passage_fws = [f | set(find_frameworks(t)) for f, t in zip(fws, texts, strict=True)]  # once per source
         penalty = np.array([[missing_share(st, t, f) for f, t in zip(passage_fws, texts, strict=True)]
@@ -202,8 +209,10 @@ class CitationChecker:
             elsewhere = np.array([bool(cf and passage_fws[j] and not cf & passage_fws[j])
                                   or bool(subjects and subjects[i] and not subjects[i] & passage_fws[j])
                                   for i, cf in enumerate(claim_fws)])
+            flat_text = " ".join(texts[j].split()).lower()
+            no_code = np.array([any(c not in flat_text for c in cs) for cs in codes])
             support[:, j] = (block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j] - SPLICE_PENALTY * spliced
-                             - ELSEWHERE_PENALTY * elsewhere)
+                             - ELSEWHERE_PENALTY * elsewhere - CODE_PENALTY * no_code)
             local = np.array([[missing_share(st, x, fws[j] | set(find_frameworks(x))) for x in ss] for st in specific])
             self._best_sent[:, j] = (block - 0.2 * local).argmax(axis=1)
             start += len(ss)
@@ -232,8 +241,8 @@ class CitationChecker:
                     out_sents.append(text)
                 continue
             result.factual_sentences += 1
-            bar = self.deictic_threshold if _DEICTIC.match(text) else self.threshold
-            if _DEICTIC.match(text) and not result.supported_sentences:
+            bar = self.deictic_threshold if starts_with_pronoun(text) else self.threshold
+            if starts_with_pronoun(text) and not result.supported_sentences:
                 # nothing kept before it names what the pronoun means: the answer "这是……组合" restates the
                 # question, and a passage that says it verbatim means the passage's own subject
                 bar = float("inf")
@@ -257,7 +266,8 @@ class CitationChecker:
             top = max(keep, key=lambda n: support[i, by_n[n][0]])
             j = by_n[top][0]
             snippet = _snippet(text, src_sents[j], int(self._best_sent[i, j]))  # one or two passage sentences
-            quote = self._quote(text, snippet, float(support[i, j]), set(by_n[top][1].hit.chunk.frameworks))
+            chunk = by_n[top][1].hit.chunk
+            quote = self._quote(text, snippet, float(support[i, j]), set(chunk.frameworks), chunk.is_article)
             if quote:
                 if any(q == quote for _, q in result.quoted_sentences):  # two sentences copied the same one
                     continue
@@ -279,7 +289,8 @@ class CitationChecker:
         result.citations = [used[n] for n in sorted(used)]
         return result
 
-    def _quote(self, claim: str, passage_sentence: str, score: float, frameworks: set[str] = frozenset()) -> str:
+    def _quote(self, claim: str, passage_sentence: str, score: float, frameworks: set[str] = frozenset(),
+               is_article: bool = False) -> str:
         """The passage's own words for a claim that nearly copies them, or "" to keep the claim: only a
         self-contained sentence in the claim's language (no table, code, link or list item, no pronoun or "above"
         pointing at its neighbours) that is not much longer than the claim and still names every number, API and
@@ -290,8 +301,10 @@ class CitationChecker:
         label = _LABEL.match(claim)
         body = claim[label.end():] if label else claim
         quote = " ".join(passage_sentence.split())
+        parts = split_sentences(quote)
         if (not quote or _LABEL.match(quote) or "|" in quote or "`" * 3 in quote or "http" in quote or quote[-1] in ":："
-                or _DEICTIC.match(quote) or _CONTEXT_BOUND.search(quote) or not is_factual(quote)
+                or any(starts_with_pronoun(x) for x in parts) or _CONTEXT_BOUND.search(quote) or not is_factual(quote)
+                or (_ARTICLE_CLAIM.search(quote) and not is_article)  # the check's own rule for "the article"
                 or len(quote) > QUOTE_MAX_GROWTH * max(len(body), 1)
                 or detect_language(quote) != detect_language(body)
                 or missing_share(specific_terms(body), quote, frameworks | set(find_frameworks(quote)))

@@ -23,7 +23,7 @@ from ..index.keyword import tokenize
 from ..types import Hit
 from .policy import addresses_the_model
 from .prompt import Source
-from .text import normalise, split_sentences
+from .text import normalise, split_sentences, starts_with_pronoun
 
 _REFERENCE_LINE = re.compile(r"^\s*(来源\s*/\s*Sources|来源|Sources?)\s*[:：]|https?://\S+", re.IGNORECASE)
 MAX_SENTENCE_TOKENS = 120  # a longer "sentence" (a code block, a table row dump) only goes in when it ranks first
@@ -82,7 +82,8 @@ def best_sentence(question: str, sources: list[Source], embedder: Embedder | Non
     an answer falls back to quoting when nothing the model wrote could be checked against the sources."""
     cands = [(s, x.strip()) for s in sources for x in split_sentences(s.text)
              if x.strip() and not _is_reference(x) and len(x) <= max_chars and "```" not in x
-             and not addresses_the_model(x)]  # text addressed to the model is never quoted
+             and not addresses_the_model(x)  # text addressed to the model is never quoted
+             and not starts_with_pronoun(x)]  # nor "这是……组合" without what 这 means
     if not cands:
         return None
     scores = _scores(question, _weighted_terms(question), [x for _, x in cands], embedder)

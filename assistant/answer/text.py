@@ -33,6 +33,15 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
+# a subject that is only a pronoun ("这个包名……", "This API ...", "It ..."); 此外/其次/其实/其他/那么 are not pronouns
+_PRONOUN_START = re.compile(r"^[*_|>#\-•\s]*(?:(?:这|那|它|该|此|其)(?!外|次|实|他|么)|(?:This|That|These|Those|It|Its|They|Their)\b)")
+
+
+def starts_with_pronoun(sentence: str) -> bool:
+    """Whether a sentence (or a table cell / list item, markup ignored) takes its subject from the text before it."""
+    return bool(_PRONOUN_START.match(sentence))
+
+
 def normalise(text: str) -> str:
     """Full-width to half-width, lower case, collapsed spaces."""
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
