@@ -9,6 +9,9 @@ minus 0.5 x the share of the sentence's specific terms (numbers, API names such 
 such as FSDP, framework names) that the passage does not contain in any language: a sentence that reuses
 a passage's words but adds a version number or the wrong framework is the small model's usual invention.
 The model (1.5B) rarely cites by itself (shared/notes/models.md), so alignment does the real work.
+
+A kept sentence that nearly copies one passage sentence is shown in the passage's own words (`_quote`): the small
+model's remaining errors keep a passage's words and shift their meaning, which no similarity score can see.
 """
 from __future__ import annotations
 
@@ -241,8 +244,9 @@ class CitationChecker:
                     out_sents.append(text)
                 continue
             result.factual_sentences += 1
-            bar = self.deictic_threshold if starts_with_pronoun(text) else self.threshold
-            if starts_with_pronoun(text) and not result.supported_sentences:
+            pronoun = starts_with_pronoun(text)
+            bar = self.deictic_threshold if pronoun else self.threshold
+            if pronoun and not result.supported_sentences:
                 # nothing kept before it names what the pronoun means: the answer "这是……组合" restates the
                 # question, and a passage that says it verbatim means the passage's own subject
                 bar = float("inf")

@@ -1,8 +1,9 @@
 """Metric functions: pure, no model, no I/O. Each returns None when the metric does not apply to a case.
 
-Owns: fact matching (NFKC, case-insensitive, `|` alternatives, parameter-server = parameter server), refusal correctness, retrieval hit@k and
-reciprocal rank by source-path suffix, citation marker validity and source hit, ALCE-style citation
-recall/precision given an entailment function, percentiles and aggregation (overall, by language, by kind).
+Owns: fact matching (NFKC, case-insensitive, `|` alternatives, parameter-server = parameter server), refusal
+correctness, retrieval hit@k and reciprocal rank by source-path suffix, citation marker validity and source hit,
+ALCE-style citation recall/precision given an entailment function, percentiles and aggregation (overall, by
+language, by kind).
 """
 from __future__ import annotations
 
