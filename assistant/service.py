@@ -17,7 +17,7 @@ from typing import Any
 from .answer.citations import CitationChecker, quoted_answer
 from .answer.evidence import best_sentence, select_evidence
 from .answer.policy import decide, refusal_text, rewrite_followup, strip_injection
-from .answer.prompt import build_messages
+from .answer.prompt import Source, build_messages
 from .embed import Embedder, create_embedder
 from .errors import UserError
 from .genqueue import GenerationQueue, Ticket
@@ -213,7 +213,7 @@ class AssistantService:
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 
-    def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None) -> list:
+    def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None) -> list[Source]:
         """The evidence an answer's prompt carries for these hits (the settings' budget and floor); benchmarks
         that run their own model pass its `count_tokens` so the service's model is not loaded."""
         return select_evidence(question, hits, count_tokens or self.llm.count_tokens,

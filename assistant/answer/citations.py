@@ -281,8 +281,8 @@ class CitationChecker:
                 j, src = by_n[n]
                 score = float(support[i, j])
                 if n not in used or used[n].support < score:
-                    snippet = quote or _snippet(text, src_sents[j], int(self._best_sent[i, j]))
-                    used[n] = _record(src, snippet, score)
+                    shown = quote or (snippet if n == top else _snippet(text, src_sents[j], int(self._best_sent[i, j])))
+                    used[n] = _record(src, shown, score)
             marks = "".join(f"[{n}]" for n in keep)
             out_sents.append(text[:-1] + marks + text[-1] if text[-1:] in ":：" else text + marks)
         if not result.supported_sentences and result.removed_sentences:
@@ -306,16 +306,17 @@ class CitationChecker:
         body = claim[label.end():] if label else claim
         quote = " ".join(passage_sentence.split())
         parts = split_sentences(quote)
+        lang = detect_language(quote)
         if (not quote or _LABEL.match(quote) or "|" in quote or "`" * 3 in quote or "http" in quote or quote[-1] in ":："
                 or any(starts_with_pronoun(x) for x in parts) or _CONTEXT_BOUND.search(quote) or not is_factual(quote)
                 or (_ARTICLE_CLAIM.search(quote) and not is_article)  # the check's own rule for "the article"
                 or len(quote) > QUOTE_MAX_GROWTH * max(len(body), 1)
-                or detect_language(quote) != detect_language(body)
+                or lang != detect_language(body)
                 or missing_share(specific_terms(body), quote, frameworks | set(find_frameworks(quote)))
                 or re.sub(r"\W", "", quote) == re.sub(r"\W", "", body)):
             return ""
         if quote[-1] not in "。！？；.!?;":
-            quote += "。" if detect_language(quote) == "zh" else "."
+            quote += "。" if lang == "zh" else "."
         return (claim[: label.end()] if label else "") + quote
 
 
