@@ -33,6 +33,9 @@ _ARTICLE_HINT = re.compile(r"文章|文中|这篇|原文|the article|this articl
 class RetrievalParams:
     dense_weight: float = 0.2  # tuned on the dev split: docs/retrieval.md
     cross_dense_weight: float = 0.5  # weight of the dense side for passages in the other language
+    # ... when the query comes with its translation, the keyword side speaks that language too (chosen on the
+    # dev split: docs/retrieval.md, seventh session)
+    translated_cross_dense_weight: float = 0.2
     bm25_saturation: float = 8.0  # s in bm25 / (bm25 + s)
     framework_boost: float = 0.06
     other_framework_penalty: float = 0.06  # passages only about frameworks the question does not name
@@ -117,7 +120,7 @@ class Retriever:
         cross = np.array([self.snap.chunks[int(r)].language != qlang for r in idx], dtype=bool)
         bm = np.array([(kw_other if c else kw).get(int(r), 0.0) for r, c in zip(idx, cross, strict=True)],
                       dtype=np.float32)
-        score = self._fuse(dense, bm, cross)
+        score = self._fuse(dense, bm, cross, translated=bool(translation))
         if fws and p.framework_boost:
             wanted = set(fws)
             score = score + p.framework_boost * np.array(
@@ -134,7 +137,7 @@ class Retriever:
         order = np.argsort(-score)[:k]
         return [Hit(self.snap.chunks[int(idx[i])], float(score[i]), float(dense[i]), float(bm[i])) for i in order]
 
-    def _fuse(self, dense: np.ndarray, bm: np.ndarray, cross: np.ndarray) -> np.ndarray:
+    def _fuse(self, dense: np.ndarray, bm: np.ndarray, cross: np.ndarray, translated: bool = False) -> np.ndarray:
         p = self.params
         if p.mode == "dense":
             return dense
@@ -142,8 +145,8 @@ class Retriever:
         if p.mode == "bm25":
             return sat
         # Keywords rarely match across languages (only the expanded terms do), so for a passage in the
-        # other language the dense side carries more of the evidence.
-        w = np.where(cross, p.cross_dense_weight, p.dense_weight)
+        # other language the dense side carries more of the evidence, unless a translation gave it keywords.
+        w = np.where(cross, p.translated_cross_dense_weight if translated else p.cross_dense_weight, p.dense_weight)
         return w * dense + (1 - w) * sat
 
     def _comparison(self, query: str, qvecs: list[np.ndarray], fws: list[str], k: int,

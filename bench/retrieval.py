@@ -52,7 +52,7 @@ def evaluate(retriever: Retriever, questions: list[dict], k: int = 5,
         hits = retriever.search(q["question"], k=k, translation=translate(q["question"]) if translate else None)
         lat.append((time.perf_counter() - t) * 1000)
         r = rank_of_hit([h.chunk.source for h in hits], q["source_files"])
-        for g in ("all", q["lang"], "cross" if q.get("cross_lingual") else "same"):
+        for g in ("all", q["lang"], "cross" if q.get("cross_lingual") else "same", q.get("split", "")):
             groups.setdefault(g, []).append(r)
     out = {}
     for g, ranks in groups.items():
@@ -136,7 +136,7 @@ def print_table(res: dict) -> None:
           f"(whole build {b['seconds']} s); no-change rebuild {res['nochange_rebuild_s']} s")
     print(f"{'mode':9} {'group':6} {'n':>3} {'hit@1':>6} {'hit@5':>6} {'mrr':>6}   p50 ms  p95 ms")
     for mode, m in res["modes"].items():
-        for g in ("all", "zh", "en", "cross", "same"):
+        for g in ("all", "zh", "en", "cross", "same", "dev", "test"):
             if g in m["metrics"]:
                 x = m["metrics"][g]
                 lat = f"  {m['p50_ms']:6.1f}  {m['p95_ms']:6.1f}" if g == "all" else ""
