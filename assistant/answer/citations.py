@@ -296,8 +296,8 @@ class CitationChecker:
     def _quote(self, claim: str, passage_sentence: str, score: float, frameworks: set[str] = frozenset(),
                is_article: bool = False) -> str:
         """The passage's own words for a claim that nearly copies them, or "" to keep the claim: only a
-        self-contained sentence in the claim's language (no table, code, link or list item, no pronoun or "above"
-        pointing at its neighbours) that is not much longer than the claim and still names every number, API and
+        self-contained sentence in the claim's language (no table, code, link, list item or bracketed reference
+        number, no pronoun or "above" pointing at its neighbours) that is not much longer than the claim and still names every number, API and
         framework the claim names (a claim merged from two sentences is quoted as both, or kept). A label such as
         "**团队**：" stays."""
         if self.quote_threshold is None or score < self.quote_threshold:
@@ -310,6 +310,7 @@ class CitationChecker:
         if (not quote or _LABEL.match(quote) or "|" in quote or "`" * 3 in quote or "http" in quote or quote[-1] in ":："
                 or any(starts_with_pronoun(x) for x in parts) or _CONTEXT_BOUND.search(quote) or not is_factual(quote)
                 or (_ARTICLE_CLAIM.search(quote) and not is_article)  # the check's own rule for "the article"
+                or _MARK.search(quote)  # a reference-list "[1]" would read as one of the answer's citations
                 or len(quote) > QUOTE_MAX_GROWTH * max(len(body), 1)
                 or lang != detect_language(body)
                 or missing_share(specific_terms(body), quote, frameworks | set(find_frameworks(quote)))

@@ -26,6 +26,7 @@ from .prompt import Source
 from .text import normalise, split_sentences, starts_with_pronoun
 
 _REFERENCE_LINE = re.compile(r"^\s*(来源\s*/\s*Sources|来源|Sources?)\s*[:：]|https?://\S+", re.IGNORECASE)
+_BIBLIOGRAPHY_ENTRY = re.compile(r"^\s*\[\d+\]\s")
 MAX_SENTENCE_TOKENS = 120  # a longer "sentence" (a code block, a table row dump) only goes in when it ranks first
 
 
@@ -91,9 +92,9 @@ def best_sentence(question: str, sources: list[Source], embedder: Embedder | Non
 
 
 def _is_reference(sentence: str) -> bool:
-    """A list of source URLs (the notes end each section with one): evidence of nothing, and costly."""
-    m = _REFERENCE_LINE.match(sentence)
-    if m:
+    """A list of source URLs (the notes end each section with one) or an entry of a page's reference list
+    ("[1] NVIDIA/Megatron-LM: Ongoing research ..."): evidence of nothing, and costly."""
+    if _REFERENCE_LINE.match(sentence) or _BIBLIOGRAPHY_ENTRY.match(sentence):
         return True
     urls = sum(len(u) for u in re.findall(r"https?://\S+", sentence))
     return urls > 0.5 * len(sentence)
