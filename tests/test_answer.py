@@ -145,6 +145,11 @@ def test_a_colon_inside_a_quoted_title_does_not_split_the_sentence() -> None:
     assert split_lead_in('The paper "ZeRO: Memory Optimizations" describes it.') == [
         'The paper "ZeRO: Memory Optimizations" describes it.']
     assert len(split_lead_in("这个插件的功能可以分为以下四个部分：Colossal-AI 适合在少量 GPU 上训练或微调大模型。")) == 2
+    # a colon inside brackets: splitting there left the fragment "抽象语法树，简称 AST）。" as a whole sentence
+    inside = "这个过程包括解析动态图的 Python 代码（即解析：抽象语法树，简称 AST）。"
+    assert split_lead_in(inside) == [inside]
+    assert split_lead_in("It parses the code (that is: its syntax tree) first.") == [
+        "It parses the code (that is: its syntax tree) first."]
 
 
 def test_a_citation_list_stays_with_its_sentence_and_the_best_source_wins() -> None:

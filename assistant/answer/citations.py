@@ -346,9 +346,11 @@ def split_lead_in(sentence: str) -> list[str]:
 
 
 def _inside_quote(text: str) -> bool:
-    """Whether text ends inside an open quotation or title (“ZeRO: Memory ...”, 《...: ...》, "a: b")."""
+    """Whether text ends inside an open quotation, title or parenthesis (“ZeRO: Memory ...”, 《...: ...》, "a: b",
+    "代码（即解析：抽象语法树）"): a colon there does not end a claim."""
     return (text.count("“") > text.count("”") or text.count("《") > text.count("》")
-            or text.count('"') % 2 == 1 or text.count("「") > text.count("」"))
+            or text.count('"') % 2 == 1 or text.count("「") > text.count("」")
+            or text.count("（") > text.count("）") or text.count("(") > text.count(")"))
 
 
 def _neutral_attribution(text: str) -> str:
