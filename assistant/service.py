@@ -28,7 +28,7 @@ from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
 from .sessions import SessionStore
 from .settings import Settings, load_settings
-from .translate import QueryTranslator
+from .translate import QueryTranslator, create_translator
 from .types import Answer, Chunk, Hit
 
 log = logging.getLogger(__name__)
@@ -106,12 +106,7 @@ class AssistantService:
             return None
         with self._translator_lock:
             if self._translator is None:
-                from .llm.factory import create_chat_model
-
-                over: dict[str, Any] = {"speculative": "none", "n_ctx": 512}
-                if self.settings.backend != "openai":
-                    over.update(model=self.settings.translate_model, backend="llama")
-                self._translator = QueryTranslator(create_chat_model(self.settings.model_copy(update=over)))
+                self._translator = create_translator(self.settings)
             return self._translator
 
     def translate(self, question: str) -> str | None:
@@ -133,8 +128,7 @@ class AssistantService:
         def load_model() -> None:
             try:
                 llm = self.llm
-                if self.translator is not None:
-                    self.translator.translate("ZeRO 分布式训练")  # loads and warms the translating model
+                self.translate("ZeRO 分布式训练")  # loads and warms the translating model, when translation is on
                 loaded = time.perf_counter()
                 if warm:
                     from .answer.prompt import SYSTEM_PROMPT
@@ -339,7 +333,7 @@ class AssistantService:
         if self._llm is not None:
             self._llm.close()
         if self._translator is not None:
-            self._translator.model.close()
+            self._translator.close()
         if self._retriever is not None:
             self._retriever.snap.close()
         self.sessions.close()

@@ -15,9 +15,11 @@ import logging
 import re
 import threading
 from collections import OrderedDict
+from typing import Any
 
 from .lang import detect_language
 from .llm.base import ChatModel
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,20 @@ class QueryTranslator:
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
             return out
+
+    def close(self) -> None:
+        self.model.close()
+
+
+def create_translator(settings: Settings) -> QueryTranslator:
+    """A translator with its own model instance (settings.translate_model on llama.cpp, small context), or the
+    remote engine when the backend is remote: one llama.cpp context serves one thread."""
+    from .llm.factory import create_chat_model
+
+    over: dict[str, Any] = {"speculative": "none", "n_ctx": 512}
+    if settings.backend != "openai":
+        over.update(model=settings.translate_model, backend="llama")
+    return QueryTranslator(create_chat_model(settings.model_copy(update=over)))
 
 
 def clean(raw: str, question: str, source: str) -> str | None:

@@ -112,17 +112,16 @@ def main() -> int:
         metrics, lat = evaluate(r, questions)
         results["modes"][mode] = {"metrics": metrics, "p50_ms": round(pct(lat, 50), 1), "p95_ms": round(pct(lat, 95), 1)}
     if args.translate:
-        from assistant.llm.factory import create_chat_model
         from assistant.settings import load_settings
-        from assistant.translate import QueryTranslator
+        from assistant.translate import create_translator
 
-        translator = QueryTranslator(create_chat_model(load_settings(model=args.translate, n_ctx=512)))
+        translator = create_translator(load_settings(translate_model=args.translate))
         translator.translate("warm up")
         r = Retriever(snap, emb, base)
         metrics, lat = evaluate(r, questions, translate=translator.translate)
         results["modes"]["hybrid+tr"] = {"metrics": metrics, "p50_ms": round(pct(lat, 50), 1),
                                          "p95_ms": round(pct(lat, 95), 1), "translator": args.translate}
-        translator.model.close()
+        translator.close()
     print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")

@@ -6,17 +6,16 @@ import pytest
 
 from assistant.lang import detect_language
 from assistant.llm.scripted import ScriptedChatModel
-from assistant.translate import QueryTranslator, clean
+from assistant.translate import QueryTranslator, clean, create_translator
 
 
 @pytest.fixture(scope="module")
 def translator():
-    from assistant.llm.factory import create_chat_model
     from assistant.settings import load_settings
 
-    tr = QueryTranslator(create_chat_model(load_settings(model="fast", n_ctx=512)))
+    tr = create_translator(load_settings(translate_model="fast"))
     yield tr
-    tr.model.close()
+    tr.close()
 
 
 def test_real_model_translates_both_ways(translator: QueryTranslator) -> None:

@@ -340,12 +340,12 @@ def split_lead_in(sentence: str) -> list[str]:
     """"X 有以下四个部分：<another statement>" is two claims, each needing its own support: the small model
     glues a lead-in from one passage to a sentence from another. A colon followed by a list stays whole."""
     m = _LEAD_IN.match(sentence)
-    if not m or _LIST_START.match(m.group("rest")) or _inside_quote(m.group("lead")):
+    if not m or _LIST_START.match(m.group("rest")) or _inside_pair(m.group("lead")):
         return [sentence]
     return [m.group("lead").strip(), m.group("rest").strip()]
 
 
-def _inside_quote(text: str) -> bool:
+def _inside_pair(text: str) -> bool:
     """Whether text ends inside an open quotation, title or parenthesis (“ZeRO: Memory ...”, 《...: ...》, "a: b",
     "代码（即解析：抽象语法树）"): a colon there does not end a claim."""
     return (text.count("“") > text.count("”") or text.count("《") > text.count("》")
