@@ -145,10 +145,19 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 # ---- serve, eval, advise, model ------------------------------------------------------------------
-def cmd_serve(args: argparse.Namespace) -> int:
-    from ui.server import serve  # the HTTP/UI adapter lives outside the core package
+def _adapter(name: str) -> Any:
+    """An adapter registered under the `framework_advisor.adapters` entry points (pyproject.toml)."""
+    from importlib.metadata import entry_points
 
-    serve(_settings(args), host=args.host, port=args.port)
+    found = entry_points(group="framework_advisor.adapters", name=name)
+    if not found:
+        raise UserError("adapter_missing", f"The '{name}' adapter is not installed: run pip install -e . (or make install).",
+                        f"未安装 '{name}' 适配器：请运行 pip install -e .（或 make install）。")
+    return next(iter(found)).load()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    _adapter("serve")(_settings(args), host=args.host, port=args.port)  # ui/ lives outside the core package
     return 0
 
 

@@ -115,15 +115,10 @@ def _term_in(term: str, low: str) -> bool:
     return re.search(r"(?<![a-z0-9])" + re.escape(term) + r"(?![a-z0-9])", low) is not None
 
 
-_COMPARE = re.compile(r"\bvs\.?\b|versus|compare|comparison|difference|比较|对比|区别|哪个|还是|和.{0,20}相比|与.{0,20}相比")
 
 
 def is_comparison(text: str) -> bool:
     """A question that weighs two or more frameworks against each other."""
-    # Two named frameworks in one question are weighed against each other whether or not
-    # the question says "vs"; the marker pattern is kept for callers that need the intent.
+    # Two named frameworks in one question are weighed against each other whether or not it says "vs".
     return len(find_frameworks(text)) >= 2
 
-
-def has_comparison_marker(text: str) -> bool:
-    return _COMPARE.search(text.lower()) is not None

@@ -53,14 +53,9 @@ class Retriever:
         self._vectors = self._load_vectors()
 
     def _load_vectors(self) -> np.ndarray:
-        got = self.snap.store._col.get(include=["embeddings"])  # noqa: SLF001 - one bulk read at start-up
-        by_id = dict(zip(got["ids"], got["embeddings"], strict=True))
-        dim = len(next(iter(by_id.values()))) if by_id else self.embedder.dim
-        out = np.zeros((len(self.snap.chunks), dim), dtype=np.float32)
-        for row, c in enumerate(self.snap.chunks):
-            if c.id in by_id:
-                out[row] = by_id[c.id]
-        return out
+        """Every chunk's vector, in the order of `snap.chunks` (one bulk read at start-up)."""
+        dim = int(self.snap.meta.get("dim") or self.embedder.dim)
+        return self.snap.store.vectors([c.id for c in self.snap.chunks], dim)
 
     # ---- public -------------------------------------------------------------------------------
     def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None,

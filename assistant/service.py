@@ -1,23 +1,22 @@
 """AssistantService: the one object behind the CLI, the HTTP API, the Gradio UI and the evaluator.
 
 It owns the loaded index (reloaded when a build replaces it), the embedder, the chat model, the
-session store and the generation queue, and runs the answer pipeline:
-question -> (follow-up rewrite) -> (translation, when on) -> retrieve -> refuse or build prompt -> stream ->
-check citations.
+session store, the generation queue and the input checks, and sequences one answer:
+question -> (follow-up rewrite) -> (translation, when on) -> retrieve -> refuse, or evidence -> prompt ->
+queue turn -> generate -> check citations -> remember the turn. What each step computes lives in
+assistant/answer/pipeline.py; events are assistant.types.Event.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
-from .answer.citations import CitationChecker, quoted_answer
-from .answer.evidence import best_sentence, select_evidence
-from .answer.policy import decide, refusal_text, rewrite_followup, strip_injection
+from .answer import pipeline
+from .answer.policy import decide, rewrite_followup, strip_injection
 from .answer.prompt import Source, build_messages
 from .embed import Embedder, create_embedder
 from .errors import UserError
@@ -29,15 +28,9 @@ from .retrieval import RetrievalParams, Retriever
 from .sessions import SessionStore
 from .settings import Settings, load_settings
 from .translate import QueryTranslator, create_translator
-from .types import Answer, Chunk, Hit
+from .types import Answer, Chunk, Event, Hit
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Event:
-    kind: str  # "sources" | "token" | "citations" | "done" | "error"
-    data: Any
 
 
 class AssistantService:
@@ -55,6 +48,7 @@ class AssistantService:
         self.sessions = SessionStore(Path(self.settings.state_dir) / "assistant.db")
         self.queue = GenerationQueue(self.settings.max_queue)
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
+        self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
         self._loaded = False  # set once load() has finished warming the model
 
     # ---- loading ------------------------------------------------------------------------------
@@ -152,6 +146,10 @@ class AssistantService:
             raise failed[0]
         self._loaded = True
 
+    def index_generation(self) -> str:
+        """The live generation's directory (absolute): names one build of one index."""
+        return str(self.retriever.snap.gen.resolve())
+
     def ready(self) -> bool:
         """True once load() finished: index open, model loaded and warmed."""
         return self._loaded
@@ -186,9 +184,6 @@ class AssistantService:
         for ev in self.ask_stream(question, session_id, filters, ticket):
             if ev.kind == "done":
                 answer = ev.data
-            elif ev.kind == "error":
-                raise UserError(ev.data["code"], ev.data.get("message_en", ev.data["message"]),
-                                ev.data.get("message_zh", ev.data["message"]), ev.data.get("status", 500))
         assert answer is not None
         return answer
 
@@ -228,12 +223,21 @@ class AssistantService:
                         question=question, standalone_question=standalone, sources=[s.hit for s in sources])
         if decision.refuse:
             self.queue.cancel(ticket)
-            answer.answer = refusal_text(decision.reason, lang)
-            yield Event("token", answer.answer)
-            answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(retrieval_ms, 1),
-                              "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
+            result = pipeline.refused(decision.reason, lang)
+            yield Event("token", result.text)
+            ttft_ms = retrieval_ms
         else:
-            yield from self._generate(answer, sources, lang, t0, retrieval_ms, ticket)
+            messages = build_messages(standalone, sources, lang)
+            with self.queue.turn(ticket) as waited:
+                answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
+                gen = yield from _token_events(pipeline.generate(self.llm, messages, self.pipeline_config, t0))
+            result = pipeline.check(gen.text, standalone, sources, self.pipeline_config, self.embedder, lang)
+            answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
+            ttft_ms = (gen.ttft_s or 0.0) * 1000
+        answer.answer, answer.citations, answer.refused = result.text, result.citations, result.refused
+        answer.diagnostics = result.diagnostics
+        answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
+                          "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
         if self.settings.translate_queries:
             answer.timings["translate_ms"] = round(translate_ms, 1)
             answer.diagnostics["translation"] = translation
@@ -244,51 +248,13 @@ class AssistantService:
     def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None) -> list[Source]:
         """The evidence an answer's prompt carries for these hits (the settings' budget and floor); benchmarks
         that run their own model pass its `count_tokens` so the service's model is not loaded."""
-        return select_evidence(question, hits, count_tokens or self.llm.count_tokens,
-                               self.settings.context_token_budget, embedder=self.embedder,
-                               floor=self.settings.evidence_floor)
+        return pipeline.evidence(question, hits, self.pipeline_config, count_tokens or self.llm.count_tokens,
+                                 self.embedder)
 
     def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None) -> list[dict[str, str]]:
         """The messages the product sends the model for a standalone question, for benchmarks to replay."""
         hits = self.retriever.search(question, k=self.settings.top_k, translation=self.translate(question))
         return build_messages(question, self.evidence(question, hits, count_tokens), detect_language(question))
-
-    def _generate(self, answer: Answer, sources: list, lang: str, t0: float, retrieval_ms: float,
-                  ticket: Ticket) -> Iterator[Event]:
-        messages = build_messages(answer.standalone_question, sources, lang)
-        pieces: list[str] = []
-        ttft = None
-        with self.queue.turn(ticket) as waited:
-            answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
-            for piece in self.llm.stream(messages, max_tokens=self.settings.max_answer_tokens,
-                                         temperature=self.settings.temperature):
-                if ttft is None:
-                    ttft = (time.perf_counter() - t0) * 1000
-                pieces.append(piece)
-                yield Event("token", piece)
-        usage = self.llm.last_usage
-        checked = CitationChecker(self.embedder, self.settings.support_threshold).check("".join(pieces), sources)
-        answer.answer = checked.text
-        answer.citations = checked.citations
-        fallback = ""
-        if not checked.text:  # nothing the model wrote is supported: quote the best source, or refuse
-            quote = best_sentence(answer.standalone_question, sources, self.embedder)
-            if quote is None:
-                answer.refused = True
-                answer.answer = refusal_text("weak_evidence", lang)
-            else:
-                answer.answer, cite = quoted_answer(quote[0], quote[1], lang)
-                answer.citations = [cite]
-                fallback = "quote"
-        answer.usage = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
-        answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft or 0.0, 1),
-                          "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
-        answer.diagnostics = {"factual_sentences": checked.factual_sentences,
-                                    "supported_sentences": checked.supported_sentences,
-                                    "dropped_numbers": checked.dropped_numbers,
-                                    "removed_sentences": checked.removed_sentences,
-                                    "quoted_sentences": [list(q) for q in checked.quoted_sentences],
-                                    "raw_answer": "".join(pieces), "fallback": fallback}
 
     def _remember(self, answer: Answer, reason: str) -> None:
         self.sessions.add_message(answer.session_id, "user", answer.question)
@@ -337,6 +303,19 @@ class AssistantService:
         if self._retriever is not None:
             self._retriever.snap.close()
         self.sessions.close()
+
+
+def _token_events(pieces: Generator[str, None, pipeline.Generation]) -> Generator[Event, None, pipeline.Generation]:
+    """The model's pieces as "token" events; returns the Generation. Closing it closes the model's stream."""
+    try:
+        while True:
+            try:
+                piece = next(pieces)
+            except StopIteration as done:
+                return done.value
+            yield Event("token", piece)
+    finally:
+        pieces.close()
 
 
 def _clean_filters(filters: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -86,7 +86,6 @@ class Settings(BaseSettings):
     translate_queries: bool = Field(default=False, description="Also search with the question's translation into "
                                     "the other language, written by translate_model (docs/retrieval.md)")
     translate_model: str = Field(default="fast", description="Model that translates questions: a name or a path")
-    refusal_threshold: float = 0.45
     support_threshold: float = 0.40  # calibrated on 40 hand-labelled pairs: docs/evaluation.md
     history_token_budget: int = 600
 

@@ -6,7 +6,7 @@ responses, pydantic request bodies) are converted to these at the edges.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -154,3 +154,17 @@ class Answer:
         if with_sources:
             d["sources"] = [h.to_dict() for h in self.sources]
         return d
+
+
+EventKind = Literal["sources", "token", "citations", "done", "error"]
+
+
+@dataclass
+class Event:
+    """One step of a streamed answer. The service yields, in this order: "sources" (list[Hit], once retrieval is
+    done), "token" (str, zero or more), "citations" (list[Citation]), "done" (the Answer). It raises UserError or
+    ModelError instead of yielding a failure; "error" ({code, message} in the client's language) is made only by
+    the adapters (ui/streaming.py) when the service raised after a stream had started."""
+
+    kind: EventKind
+    data: Any

@@ -9,7 +9,7 @@ import pytest
 
 from assistant.errors import UserError
 from assistant.genqueue import GenerationQueue
-from assistant.service import Event
+from assistant.types import Event
 from ui.streaming import merge_tokens
 
 

@@ -13,7 +13,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
-from assistant.service import Event
+from assistant.types import Event
 
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import (

@@ -16,21 +16,14 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 
 from assistant.errors import UserError
-from assistant.service import Event
+from assistant.types import Event
 
 log = logging.getLogger("ui.streaming")
 _END = object()
 
 
-def localize(ev: Event, lang: str) -> Event:
-    """An error event from the service carries both languages; clients get {code, message} in theirs."""
-    if ev.kind != "error" or not isinstance(ev.data, dict):
-        return ev
-    d = ev.data
-    return Event("error", {"code": d.get("code", "error"), "message": d.get(f"message_{lang}", d.get("message", ""))})
-
-
 def error_event(exc: BaseException, lang: str) -> Event:
+    """The "error" event for a service that raised after the stream started: {code, message} in `lang`."""
     if isinstance(exc, UserError):
         return Event("error", {"code": exc.code, "message": exc.message(lang)})
     log.error("stream failed", exc_info=exc)
@@ -98,7 +91,8 @@ async def open_stream(gen: Iterator[Event], lang: str) -> AsyncIterator[Event]:
                     if isinstance(ev, _Failure):
                         yield error_event(ev.exc, lang)
                         return
-                    yield localize(ev, lang)  # type: ignore[arg-type]
+                    assert isinstance(ev, Event)
+                    yield ev
                 item = await inbox.get()
         finally:
             stop.set()

@@ -159,11 +159,6 @@ class ChatHandlers:
                     raw += ev.data
                     history[-1]["content"] = html.escape(raw)
                     yield history, gr.skip(), gr.skip(), session_id, gr.skip(), gr.skip()
-                elif ev.kind == "error":
-                    msg = ev.data.get(f"message_{lang}") or ev.data.get("message", "")
-                    history[-1]["content"] = "⚠ " + msg
-                    yield history, gr.skip(), t["error"].format(m=msg), session_id, gr.skip(), gr.skip()
-                    return
                 elif ev.kind == "done":
                     ans: Answer = ev.data
                     history[-1]["content"] = link_citations(ans.answer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..interfaces import Searcher
 from ..types import Citation
 from .rubric import CandidateScore, Fact, Rubric, load_rubric, resolve_facts, score
 from .scenario import HARDWARE, STAGES, Scenario, parse_free_text, to_scenario
@@ -57,7 +58,7 @@ class _Citations:
         return self.by_chunk[c.id]
 
 
-def advise(service: Any, scenario: Scenario | dict[str, Any] | str) -> Advice:
+def advise(service: Searcher, scenario: Scenario | dict[str, Any] | str) -> Advice:
     sc = to_scenario(scenario)
     rubric = load_rubric()
     resolved = resolve_facts(service, rubric, sc.lang)

@@ -11,6 +11,7 @@ import json
 import textwrap
 from typing import Any
 
+from ..interfaces import Answerer
 from .rubric import load_rubric
 from .scenario import DOMAINS, HARDWARE, STAGES
 
@@ -39,7 +40,7 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return d
 
 
-def run_advise(service: Any, args: argparse.Namespace) -> int:
+def run_advise(service: Answerer, args: argparse.Namespace) -> int:
     if getattr(args, "rubric", False):
         _print_rubric(args.lang or "en", as_json=args.json)
         return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..interfaces import Searcher
 from . import advise
 
 
@@ -19,7 +20,7 @@ def _cell_validity(advice: dict[str, Any]) -> tuple[int, int]:
     return valid, len(cells)
 
 
-def score_case(service: Any, case: dict[str, Any]) -> dict[str, Any]:
+def score_case(service: Searcher, case: dict[str, Any]) -> dict[str, Any]:
     scenario = dict(case.get("scenario") or {})
     if case.get("lang"):
         scenario.setdefault("lang", case["lang"])
@@ -37,7 +38,7 @@ def score_case(service: Any, case: dict[str, Any]) -> dict[str, Any]:
             "what_would_change": [w["text"] for w in advice["what_would_change"]]}
 
 
-def score_cases(service: Any, cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def score_cases(service: Searcher, cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows = [score_case(service, c) for c in cases]
     n = len(rows)
 

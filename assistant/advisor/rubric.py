@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ..interfaces import Searcher
 from .scenario import Scenario
 
 RUBRIC_PATH = Path(__file__).with_name("rubric.yaml")
@@ -104,18 +105,11 @@ def applies(fact: Fact, sc: Scenario, base: str) -> bool:
 
 
 # ---- resolution ----------------------------------------------------------------------------------
-_cache: dict[tuple[int, str, str], dict[str, Any]] = {}
+_cache: dict[tuple[str, str], dict[str, Any]] = {}
 _cache_lock = threading.Lock()
 
 
-def _generation(service: Any) -> str:
-    try:
-        return str(service.retriever.snap.gen.name)
-    except AttributeError:  # a service without a snapshot (never cached across index builds)
-        return str(id(service))
-
-
-def resolve(service: Any, fact: Fact, lang: str) -> Any | None:
+def resolve(service: Searcher, fact: Fact, lang: str) -> Any | None:
     """The Hit supporting the fact, preferring passages in `lang`; None when no passage matches.
 
     The evidence query is tried first, then the claim itself (robust to chunking changes)."""
@@ -129,9 +123,9 @@ def resolve(service: Any, fact: Fact, lang: str) -> Any | None:
     return None
 
 
-def resolve_facts(service: Any, rubric: Rubric, lang: str) -> dict[str, Any]:
+def resolve_facts(service: Searcher, rubric: Rubric, lang: str) -> dict[str, Any]:
     """fact id -> Hit for every fact (and the trial plan) that has a supporting passage; cached per index generation."""
-    key = (id(service), _generation(service), lang)
+    key = (service.index_generation(), lang)
     with _cache_lock:
         if key in _cache:
             return _cache[key]

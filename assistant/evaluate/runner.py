@@ -15,6 +15,7 @@ from typing import Any
 from ..answer.citations import is_factual, parse_markers
 from ..answer.text import split_sentences
 from ..errors import UserError
+from ..interfaces import Answerer
 from ..types import Answer
 from . import metrics as M
 from .dataset import EvalCase, load_set
@@ -23,7 +24,7 @@ from .judge import make_judge
 PASSAGE_CHARS = 800  # judge premise per cited passage: bounded so a 0.5B judge call stays ~2-3 s
 
 
-def run_eval(service: Any, set_paths: list[Path], out_dir: Path, limit: int | None = None,
+def run_eval(service: Answerer, set_paths: list[Path], out_dir: Path, limit: int | None = None,
              baseline: Path | None = None, progress: bool = True, judge: str = "combined",
              judge_model: str | None = None) -> dict[str, Any]:
     """Evaluate every set, write the three output files into out_dir and return the summary."""
@@ -49,7 +50,7 @@ def run_eval(service: Any, set_paths: list[Path], out_dir: Path, limit: int | No
     return summary
 
 
-def _judge_llm(service: Any, judge_model: str | None) -> Any:
+def _judge_llm(service: Answerer, judge_model: str | None) -> Any:
     if not judge_model:
         return service.llm
     from ..llm.factory import create_chat_model
@@ -57,7 +58,7 @@ def _judge_llm(service: Any, judge_model: str | None) -> Any:
     return create_chat_model(service.settings.model_copy(update={"model": judge_model}))
 
 
-def ask_case(service: Any, case: EvalCase) -> Answer:
+def ask_case(service: Answerer, case: EvalCase) -> Answer:
     """Ask every turn in one session; return the last answer."""
     session_id = None
     answer = None
@@ -68,7 +69,7 @@ def ask_case(service: Any, case: EvalCase) -> Answer:
     return answer
 
 
-def evaluate_case(service: Any, case: EvalCase, entail: Any, set_name: str = "") -> dict[str, Any]:
+def evaluate_case(service: Answerer, case: EvalCase, entail: Any, set_name: str = "") -> dict[str, Any]:
     """One result row: id, lang, kind, question, answer, citations, refused, metrics, timings."""
     row: dict[str, Any] = {"id": case.id, "set": set_name, "lang": case.lang, "kind": case.kind,
                            "question": case.question, "turns": case.turns, "answer": "", "citations": [],
@@ -123,12 +124,12 @@ def answer_sentences(text: str) -> list[tuple[str, list[int]]]:
     return out
 
 
-def _source_paths(service: Any, answer: Answer) -> dict[int, str]:
+def _source_paths(service: Answerer, answer: Answer) -> dict[int, str]:
     """Source number -> file path of the passage (Citation.source may be a URL; paths come from the chunk)."""
     return {i + 1: h.chunk.source for i, h in enumerate(answer.sources)}
 
 
-def _ranked_paths(service: Any, answer: Answer, case: EvalCase) -> list[str]:
+def _ranked_paths(service: Answerer, answer: Answer, case: EvalCase) -> list[str]:
     """Retrieval ranking for hit@k/MRR: service.search on the standalone question (refused answers have no sources)."""
     if not case.source_files:
         return []
@@ -136,7 +137,7 @@ def _ranked_paths(service: Any, answer: Answer, case: EvalCase) -> list[str]:
     return [h.chunk.source for h in hits]
 
 
-def _run_advisor_sets(service: Any, sets: list[Any]) -> dict[str, Any]:
+def _run_advisor_sets(service: Answerer, sets: list[Any]) -> dict[str, Any]:
     if not sets:
         return {}
     try:

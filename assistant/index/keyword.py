@@ -85,7 +85,3 @@ class KeywordIndex:
         k = min(k, n) if n else k
         rows, scores = self._r.retrieve([toks], k=k, show_progress=False, n_threads=1)
         return [(int(i), float(s)) for i, s in zip(rows[0], scores[0], strict=True) if s > 0]
-
-    def scores(self, query_tokens: list[str]) -> np.ndarray:
-        toks = [t for t in query_tokens if t in self._vocab]
-        return np.asarray(self._r.get_scores(toks), dtype=np.float32)

@@ -6,6 +6,7 @@ beside the store (the generation's source of truth); Chroma holds ids, vectors a
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,18 @@ class VectorStore:
     def delete(self, ids: list[str], batch: int = 1000) -> None:
         for i in range(0, len(ids), batch):
             self._col.delete(ids=ids[i : i + batch])
+
+    def vectors(self, ids: Sequence[str], dim: int, batch: int = 1000) -> np.ndarray:
+        """The stored vectors of `ids`, one row each in that order (zeros for an id the store lacks).
+
+        Read in pages of `batch` ids, so that a remote Chroma server answers in bounded responses."""
+        out = np.zeros((len(ids), dim), dtype=np.float32)
+        row = {cid: i for i, cid in enumerate(ids)}
+        for i in range(0, len(ids), batch):
+            got = self._col.get(ids=list(ids[i : i + batch]), include=["embeddings"])
+            for cid, vec in zip(got["ids"], got["embeddings"], strict=True):
+                out[row[cid]] = vec
+        return out
 
     def query(self, vector: np.ndarray, k: int, where: dict[str, Any] | None = None) -> list[tuple[str, float]]:
         """(chunk id, cosine similarity) pairs, best first."""

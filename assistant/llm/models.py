@@ -94,10 +94,6 @@ PACKAGED: dict[str, PackagedModel] = {
 }
 
 
-def get_packaged(name: str) -> PackagedModel | None:
-    return PACKAGED.get(name)
-
-
 def cached_path(spec: PackagedModel, cache_dir: Path) -> Path:
     """Where the model file lives once prepared (in the cache, or inside its package)."""
     if spec.package_file is not None:

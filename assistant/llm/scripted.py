@@ -52,5 +52,3 @@ class ScriptedChatModel(ChatModel):
         prompt = sum(estimate_tokens(m["content"]) for m in messages)
         self.last_usage = Usage(prompt_tokens=prompt, completion_tokens=len(words))
 
-
-EchoChatModel = ScriptedChatModel

@@ -1,0 +1,110 @@
+"""The answer pipeline, as functions that return values: hits -> evidence -> prompt -> generation -> citation
+check -> the answer's text, citations and diagnostics.
+
+The service (assistant/service.py) decides *when* each step runs (input checks, sessions, the follow-up
+rewrite, the generation queue, events to the adapters); this module decides *what* each step computes and
+holds no state of its own. Benchmarks replay the same functions, so what they measure is what users get.
+
+    evidence(question, hits, config, ...)        the passages' sentences the prompt carries (budget and floor)
+    generate(llm, messages, config)              a generator: yields token pieces, returns a Generation
+    check(raw, question, sources, config, ...)   the checked answer (or a quote of the best evidence, or a refusal)
+    refused(reason, lang)                        the refusal for a question the index cannot answer
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..embed import Embedder
+from ..llm.base import ChatModel, Message
+from ..types import Citation, Hit
+from .citations import CitationChecker, quoted_answer
+from .evidence import best_sentence, select_evidence
+from .policy import refusal_text
+from .prompt import Source
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The settings the pipeline reads (see assistant/settings.py for their meaning and defaults)."""
+
+    context_token_budget: int
+    evidence_floor: float
+    support_threshold: float
+    max_answer_tokens: int
+    temperature: float
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> PipelineConfig:
+        return cls(context_token_budget=settings.context_token_budget, evidence_floor=settings.evidence_floor,
+                   support_threshold=settings.support_threshold, max_answer_tokens=settings.max_answer_tokens,
+                   temperature=settings.temperature)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the model wrote for one prompt, and what it cost."""
+
+    text: str
+    ttft_s: float | None  # seconds from `started` to the first piece; None when nothing came
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class Result:
+    """The answer's final text and citations, whether it is a refusal, and how the check went."""
+
+    text: str
+    citations: list[Citation]
+    refused: bool = False
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_tokens: Callable[[str], int],
+             embedder: Embedder) -> list[Source]:
+    """The evidence an answer's prompt carries for these hits, within the token budget and above the floor."""
+    return select_evidence(question, hits, count_tokens, config.context_token_budget, embedder=embedder,
+                           floor=config.evidence_floor)
+
+
+def generate(llm: ChatModel, messages: list[Message], config: PipelineConfig,
+             started: float | None = None) -> Generator[str, None, Generation]:
+    """Stream the model's answer: yields each piece, and returns a Generation (`gen = yield from generate(...)`).
+    `started` (a time.perf_counter() value, default now) is where the time to the first piece counts from."""
+    started = time.perf_counter() if started is None else started
+    pieces: list[str] = []
+    ttft: float | None = None
+    for piece in llm.stream(messages, max_tokens=config.max_answer_tokens, temperature=config.temperature):
+        if ttft is None:
+            ttft = time.perf_counter() - started
+        pieces.append(piece)
+        yield piece
+    usage = llm.last_usage
+    return Generation("".join(pieces), ttft, usage.prompt_tokens, usage.completion_tokens)
+
+
+def check(raw: str, question: str, sources: list[Source], config: PipelineConfig, embedder: Embedder,
+          lang: str) -> Result:
+    """Keep the sentences their citations support; when none is, quote the closest evidence sentence (cited),
+    and when there is none, refuse."""
+    checked = CitationChecker(embedder, config.support_threshold).check(raw, sources)
+    diagnostics: dict[str, Any] = {
+        "factual_sentences": checked.factual_sentences, "supported_sentences": checked.supported_sentences,
+        "dropped_numbers": checked.dropped_numbers, "removed_sentences": checked.removed_sentences,
+        "quoted_sentences": [list(q) for q in checked.quoted_sentences], "raw_answer": raw, "fallback": ""}
+    if checked.text:
+        return Result(checked.text, checked.citations, diagnostics=diagnostics)
+    quote = best_sentence(question, sources, embedder)
+    if quote is None:
+        return Result(refusal_text("weak_evidence", lang), [], refused=True, diagnostics=diagnostics)
+    text, cite = quoted_answer(quote[0], quote[1], lang)
+    diagnostics["fallback"] = "quote"
+    return Result(text, [cite], diagnostics=diagnostics)
+
+
+def refused(reason: str, lang: str) -> Result:
+    """The answer to a question the retrieved passages do not cover (policy.decide said so)."""
+    return Result(refusal_text(reason, lang), [], refused=True)
