@@ -182,6 +182,11 @@ def cmd_model(args: argparse.Namespace) -> int:
     for name in names:
         path = prepare_model(name, s.cache_dir, force=args.force) if args.force else prepare_model(name, s.cache_dir)
         print(f"{name}: {path}")
+        if not args.no_selfcheck and s.backend == "llama" and path.is_file():
+            from .llm.selfcheck import run_selfcheck
+
+            print(run_selfcheck(path, s.cache_dir, threads=s.threads, flash_attn=s.flash_attn,
+                                timeout=s.selfcheck_timeout_s, force=args.force).line(), flush=True)
     return 0
 
 
@@ -277,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(m)
     m.add_argument("action", choices=["prepare", "list"])
     m.add_argument("names", nargs="*", help="model names (default: the configured model)")
-    m.add_argument("--force", action="store_true", help="re-assemble even if present")
+    m.add_argument("--force", action="store_true", help="re-assemble even if present (and run the self-check again)")
+    m.add_argument("--no-selfcheck", action="store_true", help="skip the engine self-check (a test prompt of a few "
+                   "hundred tokens through llama.cpp in a child process)")
     m.set_defaults(func=cmd_model)
     return p
 
