@@ -278,22 +278,32 @@ def run_selfcheck(
 def check_settings(settings: Any, log: Callable[[str], None] = print) -> list[SelfCheckResult]:
     """What server start-up runs: the self-check of each llama.cpp model the settings will load in-process
     (the chat model, and the translating model when translation is on). Other backends are not checked."""
-    if (getattr(settings, "backend", "llama") or "llama") != "llama" or not getattr(settings, "selfcheck", True):
+    if not getattr(settings, "selfcheck", True):
+        return []
+    results = []
+    for path in llama_model_files(settings):
+        result = check_model(path, settings)
+        log(result.line())
+        results.append(result)
+    return results
+
+
+def llama_model_files(settings: Any) -> list[Path]:
+    """The GGUF files the settings make llama.cpp load in-process (none for another backend); prepares them."""
+    if (getattr(settings, "backend", "llama") or "llama") != "llama":
         return []
     from assistant.llm.models import prepare_model
 
     names = [settings.model] + ([settings.translate_model] if getattr(settings, "translate_queries", False) else [])
-    results = []
-    for name in dict.fromkeys(str(n) for n in names):
-        path = prepare_model(name, settings.cache_dir)
-        if path.is_dir():  # a Hugging Face directory: the factory says llama.cpp cannot load it
-            continue
-        result = run_selfcheck(path, settings.cache_dir, threads=settings.threads,
-                               flash_attn=getattr(settings, "flash_attn", True),
-                               timeout=getattr(settings, "selfcheck_timeout_s", DEFAULT_TIMEOUT_S))
-        log(result.line())
-        results.append(result)
-    return results
+    paths = [prepare_model(name, settings.cache_dir) for name in dict.fromkeys(str(n) for n in names)]
+    return [p for p in paths if p.is_file()]  # a Hugging Face directory: the factory says llama.cpp cannot load it
+
+
+def check_model(path: Path, settings: Any, *, force: bool = False) -> SelfCheckResult:
+    """run_selfcheck with the engine settings (threads, flash attention, time-out) the server would use."""
+    return run_selfcheck(path, settings.cache_dir, threads=settings.threads,
+                         flash_attn=getattr(settings, "flash_attn", True), force=force,
+                         timeout=getattr(settings, "selfcheck_timeout_s", DEFAULT_TIMEOUT_S))
 
 
 def engine_system_info(timeout: float = 60.0) -> str:
