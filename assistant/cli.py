@@ -191,7 +191,25 @@ def cmd_model(args: argparse.Namespace) -> int:
     for name in names:
         path = prepare_model(name, s.cache_dir, force=args.force) if args.force else prepare_model(name, s.cache_dir)
         print(f"{name}: {path}")
+        if not args.no_selfcheck and s.backend == "llama" and path.is_file():
+            from .llm.selfcheck import check_model
+
+            print(check_model(path, s, force=args.force).line(), flush=True)
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import exit_code, report, run_doctor
+    from .lang import env_language
+
+    lang = env_language()
+    checks = run_doctor(_settings(args), host=args.host, port=args.port, only=args.check)
+    if args.json:
+        _print_json(report(checks, lang))
+    else:
+        for c in checks:
+            print(c.line(lang), flush=True)
+    return exit_code(checks)
 
 
 # ---- parser --------------------------------------------------------------------------------------
@@ -286,8 +304,21 @@ def build_parser() -> argparse.ArgumentParser:
     _common(m)
     m.add_argument("action", choices=["prepare", "list"])
     m.add_argument("names", nargs="*", help="model names (default: the configured model)")
-    m.add_argument("--force", action="store_true", help="re-assemble even if present")
+    m.add_argument("--force", action="store_true", help="re-assemble even if present (and run the self-check again)")
+    m.add_argument("--no-selfcheck", action="store_true", help="skip the engine self-check (a test prompt of a few "
+                   "hundred tokens through llama.cpp in a child process)")
     m.set_defaults(func=cmd_model)
+
+    from .doctor import CHECKS
+
+    d = sub.add_parser("doctor", help="check the set-up: ok/warn/fail and what to do, one line each")
+    _common(d)
+    d.add_argument("--state-dir", help="state directory (env ASSISTANT_STATE_DIR; default ./state)")
+    d.add_argument("--host", default=None, help="address the server would bind (default 127.0.0.1)")
+    d.add_argument("--port", type=int, default=None, help="port the server would bind (default 7860)")
+    d.add_argument("--check", action="append", choices=list(CHECKS), help="run only this check (repeatable)")
+    d.add_argument("--json", action="store_true", help="print one JSON object: ok, checks[]")
+    d.set_defaults(func=cmd_doctor)
     return p
 
 

@@ -20,3 +20,11 @@ def detect_language(text: str) -> str:
     # Chinese questions are full of English framework names ("PyTorch 和 JAX 哪个好"):
     # count each Latin word as about two characters of weight.
     return "zh" if cjk >= 2 and cjk >= 0.25 * (cjk + 2 * words) else ("zh" if cjk >= 4 else "en")
+
+
+def env_language() -> str:
+    """The user's language when there is no text to go by: "zh" when LC_ALL (or else LANG) starts with zh."""
+    import os
+
+    locale = os.environ.get("LC_ALL") or os.environ.get("LANG") or ""
+    return "zh" if locale.lower().startswith("zh") else "en"

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     seed: int = 7
     speculative: Literal["none", "prompt_lookup"] = "none"  # speculative decoding in llama.cpp
     flash_attn: bool = Field(default=True, description="llama.cpp flash attention (+5% prefill, +2% decode here)")
+    selfcheck: bool = Field(default=True, description="Run the engine self-check (a child process) before a llama.cpp "
+                            "model first loads in the server, once per engine build and model file")
+    selfcheck_timeout_s: float = Field(default=300.0, gt=0, description="Time-out of one engine self-check")
 
     # remote OpenAI-compatible engine
     openai_base_url: str = ""

@@ -1,7 +1,8 @@
 """The one ASGI app: FastAPI with the native API (/api), the OpenAI-compatible API (/v1), health and metrics,
 OpenAPI docs (/docs) and the Gradio UI mounted at /. Owns start-up (the model loads once, in a thread, so
 /healthz answers meanwhile), the request-body limit and the JSON error shape {"error": {"code", "message"}}
-in the user's language. `serve()` runs it under uvicorn, bound to loopback unless told otherwise."""
+in the user's language. `serve()` runs the engine self-check (assistant/llm/selfcheck.py) first, then the app
+under uvicorn, bound to loopback unless told otherwise."""
 from __future__ import annotations
 
 import logging
@@ -186,6 +187,12 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     port = port or settings.port
     if host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("binding %s: the API has no authentication; put an authenticating proxy in front", host)
+    # Before anything loads in-process or binds the port: a llama.cpp build that dies on this CPU (SIGILL) dies
+    # in a child here, and the ModelError it raises ends start-up with the message and a non-zero exit.
+    # Once per (engine build, model file); create_app() itself never runs it (the in-process tests inject models).
+    from assistant.llm.selfcheck import check_settings
+
+    check_settings(settings, log=log.info)
     app = create_app(AssistantService(settings))
     log.info("serving on http://%s:%d (UI /, API /api, OpenAI /v1, docs /docs)", host, port)
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)

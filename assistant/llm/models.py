@@ -25,6 +25,7 @@ from pathlib import Path
 
 from assistant.llm.base import ModelError
 
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
 BLOCK = 8 * 1024 * 1024  # copy/hash in 8 MB blocks: bounded memory, few syscalls
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
@@ -133,6 +134,12 @@ def prepare_model(
 def _existing_path(path: Path) -> Path:
     names = ", ".join(PACKAGED)
     if path.is_file() and path.suffix.lower() == ".gguf":
+        with path.open("rb") as f:
+            magic = f.read(4)
+        if magic != GGUF_MAGIC:
+            raise ModelError(f"{path} is not a GGUF model file (it does not start with the GGUF signature): "
+                             "it is damaged or of another format. Use a complete .gguf file, or a packaged "
+                             f"name ({names}).")
         return path
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -203,7 +210,7 @@ def _check_cached(spec: PackagedModel, target: Path, verify: bool) -> None:
     size = target.stat().st_size
     if size != spec.size:
         raise ModelError(_repair(spec, target, f"has {size:,} bytes, expected {spec.size:,}"))
-    recorded = _read_sidecar(target)
+    recorded = recorded_sha256(target)
     if not verify and recorded and recorded == (spec.sha256 or recorded):
         return
     actual = file_sha256(target)
@@ -247,7 +254,8 @@ def _sidecar(target: Path) -> Path:
     return target.with_name(target.name + ".sha256")
 
 
-def _read_sidecar(target: Path) -> str | None:
+def recorded_sha256(target: Path) -> str | None:
+    """The sha256 written beside a model file after it was verified (the `.sha256` sidecar), if any."""
     try:
         return _sidecar(target).read_text().split()[0]
     except (OSError, IndexError):
@@ -285,7 +293,7 @@ def model_status(spec: PackagedModel, cache_dir: str | Path) -> dict[str, object
     except ModelError:
         path = None
     prepared = bool(path and path.is_file() and path.stat().st_size == spec.size
-                    and (spec.sha256 is None or _read_sidecar(path) == spec.sha256))
+                    and (spec.sha256 is None or recorded_sha256(path) == spec.sha256))
     return {"name": spec.name, "title": spec.title, "file": str(path) if path else spec.file,
             "size": spec.size, "sha256": spec.sha256 or "", "prepared": prepared,
             "languages": list(spec.languages)}
