@@ -20,10 +20,10 @@ import numpy as np
 
 from .embed import Embedder
 from .frameworks import expand_terms, find_frameworks
-from .index.keyword import tokenize
 from .index.snapshot import IndexSnapshot
 from .index.store import where_clause
 from .lang import detect_language
+from .text import tokenize
 from .types import Chunk, Hit
 
 _ARTICLE_HINT = re.compile(r"文章|文中|这篇|原文|the article|this article|the guide", re.IGNORECASE)

@@ -16,7 +16,9 @@ from assistant.embed import create_embedder
 from assistant.errors import UserError
 from assistant.index.builder import build_index
 from assistant.index.snapshot import IndexSnapshot, current_generation
+from assistant.lang import detect_language
 from assistant.retrieval import Retriever
+from assistant.text import cjk_count, is_cjk, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -129,3 +131,13 @@ def test_cli_build_and_stats(tmp_path: Path) -> None:
                 ["eval", "--help"], ["advise", "--help"], ["model", "--help"]):
         h = run(*cmd)
         assert h.returncode == 0 and "usage:" in h.stdout, cmd
+
+
+def test_keyword_tokens_keep_every_han_character_that_counts_as_chinese() -> None:
+    """The keyword index sees the same Chinese characters the language detector counts: CJK Extension A (䶮)
+    and compatibility ideographs (豈) were once dropped from the search tokens."""
+    text = "\u4dae\uf900模型训练 and JAX"  # 䶮 (Extension A), 豈 (U+F900, a compatibility ideograph)
+    assert detect_language(text) == "zh" and cjk_count(text) == 6
+    joined = "".join(tokenize(text))
+    assert all(ch in joined for ch in text if is_cjk(ch)), tokenize(text)
+    assert "jax" in tokenize(text)
