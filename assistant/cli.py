@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .filters import Filters
 from .lang import detect_language
 from .llm.base import ModelError
 from .settings import Settings, load_settings
@@ -44,17 +45,16 @@ def _print_json(obj: Any) -> None:
 def cmd_index_build(args: argparse.Namespace) -> int:
     from .embed import create_embedder
     from .index.builder import build_index
-    from .index.snapshot import current_generation
+    from .index.snapshot import current_meta
 
     s = _settings(args)
     index_dir = Path(s.index_dir)
     roots = [Path(p) for p in (args.docs or [])]
     if not args.replace:
         roots = [Path(p) for p in s.docs] + roots
-        gen = current_generation(index_dir)
-        if gen is not None:  # folders added earlier with --docs stay in the index
-            meta = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
-            roots += [Path(r) for r in meta.get("roots", []) if Path(r).exists()]
+        meta = current_meta(index_dir)
+        if meta is not None:  # folders added earlier with --docs stay in the index
+            roots += [Path(r) for r in meta.roots if Path(r).exists()]
     roots = list(dict.fromkeys(p.resolve() for p in roots))
     for p in roots:
         if not p.exists():
@@ -95,7 +95,7 @@ def cmd_index_stats(args: argparse.Namespace) -> int:
 
 
 # ---- search and ask ------------------------------------------------------------------------------
-def _filters(args: argparse.Namespace) -> dict[str, Any] | None:
+def _filters(args: argparse.Namespace) -> Filters:
     f: dict[str, Any] = {}
     if getattr(args, "framework", None):
         f["framework"] = args.framework
@@ -103,7 +103,7 @@ def _filters(args: argparse.Namespace) -> dict[str, Any] | None:
         f["language"] = args.language
     if getattr(args, "source", None):
         f["source"] = args.source
-    return f or None
+    return Filters.parse(f)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -292,12 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ad = sub.add_parser("advise", help="from a team's situation to a ranked, cited recommendation")
     _common(ad)
-    try:
-        from .advisor.cli import add_arguments
-    except ImportError:  # pragma: no cover - advisor not installed
-        add_arguments = None
-    if add_arguments:
-        add_arguments(ad)
+    from .advisor.cli import add_arguments
+
+    add_arguments(ad)
     ad.set_defaults(func=cmd_advise)
 
     m = sub.add_parser("model", help="prepare (assemble and verify) or list the packaged models")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from .text import has_cjk
+
 # canonical name -> aliases (lower-case matching; Chinese aliases matched as substrings)
 FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "PyTorch": ("pytorch", "torch", "py torch", "fsdp", "torch.compile", "torchscript", "ddp"),
@@ -60,7 +62,7 @@ CONCEPTS: tuple[tuple[str, ...], ...] = (
 _ALIAS_PATTERNS: list[tuple[re.Pattern[str], str]] = []
 for _name, _aliases in FRAMEWORKS.items():
     for _a in (_name.lower(), *_aliases):
-        if re.search(r"[\u4e00-\u9fff]", _a):
+        if has_cjk(_a):
             _ALIAS_PATTERNS.append((re.compile(re.escape(_a)), _name))
         else:
             _ALIAS_PATTERNS.append((re.compile(r"(?<![a-z0-9])" + re.escape(_a) + r"(?![a-z0-9])"), _name))
@@ -110,7 +112,7 @@ def expand_terms(text: str) -> list[str]:
 
 
 def _term_in(term: str, low: str) -> bool:
-    if re.search(r"[\u4e00-\u9fff]", term):
+    if has_cjk(term):
         return term in low
     return re.search(r"(?<![a-z0-9])" + re.escape(term) + r"(?![a-z0-9])", low) is not None
 

@@ -6,9 +6,11 @@ its own. AssistantService satisfies both.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from .embed import Embedder
+from .filters import Filters
 from .llm.base import ChatModel
 from .types import Answer, Chunk, Hit
 
@@ -16,7 +18,7 @@ from .types import Answer, Chunk, Hit
 class Searcher(Protocol):
     """What the Advisor uses: hybrid search, and which index generation answered (its cache key)."""
 
-    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None) -> list[Hit]: ...
+    def search(self, query: str, k: int = 5, filters: Filters | Mapping[str, Any] | None = None) -> list[Hit]: ...
 
     def index_generation(self) -> str:
         """A string naming the live index generation, different for every build and every index directory."""
@@ -34,7 +36,7 @@ class Answerer(Searcher, Protocol):
     @property
     def llm(self) -> ChatModel: ...
 
-    def ask(self, question: str, session_id: str | None = None, filters: dict[str, Any] | None = None) -> Answer: ...
+    def ask(self, question: str, session_id: str | None = None, filters: Filters | Mapping[str, Any] | None = None) -> Answer: ...
 
     def passage(self, chunk_id: str) -> Chunk | None: ...
 

@@ -3,12 +3,9 @@ from __future__ import annotations
 
 import re
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+from .text import cjk_count
+
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
-
-
-def cjk_count(text: str) -> int:
-    return len(_CJK.findall(text))
 
 
 def detect_language(text: str) -> str:

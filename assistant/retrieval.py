@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from .embed import Embedder
+from .filters import Filters
 from .frameworks import expand_terms, find_frameworks
-from .index.keyword import tokenize
 from .index.snapshot import IndexSnapshot
 from .index.store import where_clause
 from .lang import detect_language
-from .types import Chunk, Hit
+from .text import tokenize
+from .types import Hit
 
 _ARTICLE_HINT = re.compile(r"文章|文中|这篇|原文|the article|this article|the guide", re.IGNORECASE)
 
@@ -54,16 +54,17 @@ class Retriever:
 
     def _load_vectors(self) -> np.ndarray:
         """Every chunk's vector, in the order of `snap.chunks` (one bulk read at start-up)."""
-        dim = int(self.snap.meta.get("dim") or self.embedder.dim)
+        dim = int(self.snap.meta.dim or self.embedder.dim)
         return self.snap.store.vectors([c.id for c in self.snap.chunks], dim)
 
     # ---- public -------------------------------------------------------------------------------
-    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None,
+    def search(self, query: str, k: int = 5, filters: Filters | None = None,
                translation: str | None = None) -> list[Hit]:
         """The k best passages for `query`; `translation` is the query in the other language, when known."""
+        filters = filters or Filters()
         fws = find_frameworks(query)
         qvecs = self._query_vectors(query, translation)  # embedded once, shared by every side of a comparison
-        if len(fws) >= 2 and not (filters and filters.get("framework")):
+        if len(fws) >= 2 and not filters.framework:
             return self._comparison(query, qvecs, fws, k, filters, translation)
         return self._ranked(query, qvecs, k, filters, fws, translation)
 
@@ -79,17 +80,17 @@ class Retriever:
         vecs = [qvec, self.embedder.query(query + " " + " ".join(extra[:12]))] if extra else [qvec]
         return vecs + [self.embedder.query(translation)] if translation else vecs
 
-    def _keyword_hits(self, tokens: list[str], filters: dict[str, Any] | None) -> dict[int, float]:
+    def _keyword_hits(self, tokens: list[str], filters: Filters) -> dict[int, float]:
         """BM25 scores of the best `candidates` rows that pass the filters."""
         kw: dict[int, float] = {}
         for row, s in self.snap.keyword.search(tokens, k=self.params.candidates * 3):
-            if self._passes(self.snap.chunks[row], filters):
+            if filters.accepts(self.snap.chunks[row]):
                 kw[row] = s
                 if len(kw) >= self.params.candidates:
                     break
         return kw
 
-    def _ranked(self, query: str, qvecs: list[np.ndarray], k: int, filters: dict[str, Any] | None,
+    def _ranked(self, query: str, qvecs: list[np.ndarray], k: int, filters: Filters,
                 fws: list[str], translation: str | None = None) -> list[Hit]:
         p = self.params
         qvec = qvecs[0]
@@ -107,7 +108,7 @@ class Retriever:
             if translation:
                 kw_other = self._keyword_hits(tokens + tokenize(translation), filters)
                 rows.update(r for r in kw_other if self.snap.chunks[r].language != qlang)
-        rows = {r for r in rows if self._passes(self.snap.chunks[r], filters)}
+        rows = {r for r in rows if filters.accepts(self.snap.chunks[r])}
         if not rows:
             return []
         idx = np.fromiter(rows, dtype=np.int64)
@@ -145,10 +146,10 @@ class Retriever:
         return w * dense + (1 - w) * sat
 
     def _comparison(self, query: str, qvecs: list[np.ndarray], fws: list[str], k: int,
-                    filters: dict[str, Any] | None, translation: str | None = None) -> list[Hit]:
+                    filters: Filters, translation: str | None = None) -> list[Hit]:
         """Evidence for each side: the best passages per named framework, interleaved, then the overall best."""
         per_side = max(2, k // len(fws))
-        lists = [self._ranked(query, qvecs, per_side, {**(filters or {}), "framework": [fw]}, [fw], translation)
+        lists = [self._ranked(query, qvecs, per_side, filters.only(fw), [fw], translation)
                  for fw in fws[:4]]
         overall = self._ranked(query, qvecs, k, filters, fws, translation)
         out: list[Hit] = []
@@ -165,19 +166,3 @@ class Retriever:
         # keep the strongest first while guaranteeing each side a place in the top k
         head = sorted(out[:k], key=lambda h: -h.score)
         return head
-
-    @staticmethod
-    def _passes(c: Chunk, filters: dict[str, Any] | None) -> bool:
-        if not filters:
-            return True
-        fws = filters.get("framework") or filters.get("frameworks")
-        if fws:
-            fws = [fws] if isinstance(fws, str) else fws
-            if not set(fws) & set(c.frameworks):
-                return False
-        if filters.get("language") and c.language != filters["language"]:
-            return False
-        src = filters.get("source")
-        if src and src not in c.source and src not in c.url:
-            return False
-        return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,9 @@ from .answer.policy import decide, rewrite_followup, strip_injection
 from .answer.prompt import Source, build_messages
 from .embed import Embedder, create_embedder
 from .errors import UserError
+from .filters import Filters
 from .genqueue import GenerationQueue, Ticket
-from .index.snapshot import IndexSnapshot, current_generation
+from .index.snapshot import IndexSnapshot, current_generation, current_meta
 from .lang import detect_language
 from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
@@ -60,12 +61,8 @@ class AssistantService:
         return self._embedder
 
     def _index_embedder_name(self) -> str | None:
-        gen = current_generation(Path(self.settings.index_dir))
-        if gen is None:
-            return None
-        import json
-
-        return json.loads((gen / "meta.json").read_text(encoding="utf-8")).get("embedder")
+        meta = current_meta(Path(self.settings.index_dir))
+        return meta.embedder if meta is not None else None
 
     @property
     def retriever(self) -> Retriever:
@@ -164,21 +161,21 @@ class AssistantService:
                 fws[f] = fws.get(f, 0) + 1
         return {"generation": snap.gen.name, "documents": len({c.source for c in snap.chunks}),
                 "chunks": len(snap.chunks), "languages": langs, "frameworks": dict(sorted(fws.items())),
-                "embedder": snap.embedder_name, "skipped": snap.meta.get("skipped", []),
-                "chunk_tokens": snap.meta.get("chunk_tokens")}
+                "embedder": snap.embedder_name, "skipped": [list(s) for s in snap.meta.skipped],
+                "chunk_tokens": snap.meta.chunk_tokens}
 
     # ---- retrieval ----------------------------------------------------------------------------
-    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 5, filters: Filters | Mapping[str, Any] | None = None) -> list[Hit]:
         query = self._check_text(query, "query")
         if not 1 <= k <= 50:
             raise UserError("bad_k", "k must be between 1 and 50.", "k 必须在 1 到 50 之间。")
-        return self.retriever.search(query, k=k, filters=_clean_filters(filters), translation=self.translate(query))
+        return self.retriever.search(query, k=k, filters=Filters.parse(filters), translation=self.translate(query))
 
     def passage(self, chunk_id: str) -> Chunk | None:
         return self.retriever.snap.by_id.get(chunk_id)
 
     # ---- answers ------------------------------------------------------------------------------
-    def ask(self, question: str, session_id: str | None = None, filters: dict[str, Any] | None = None,
+    def ask(self, question: str, session_id: str | None = None, filters: Filters | Mapping[str, Any] | None = None,
             ticket: Ticket | None = None) -> Answer:
         answer: Answer | None = None
         for ev in self.ask_stream(question, session_id, filters, ticket):
@@ -188,7 +185,7 @@ class AssistantService:
         return answer
 
     def ask_stream(self, question: str, session_id: str | None = None,
-                   filters: dict[str, Any] | None = None, ticket: Ticket | None = None) -> Iterator[Event]:
+                   filters: Filters | Mapping[str, Any] | None = None, ticket: Ticket | None = None) -> Iterator[Event]:
         """Events: sources, token..., citations, done (see docs/architecture.md).
 
         `ticket`: a place in the generation queue taken when the request arrived (the HTTP routes take it on
@@ -204,7 +201,7 @@ class AssistantService:
             if ticket is not None:
                 self.queue.cancel(ticket)  # no-op once the turn was used
 
-    def _answer_events(self, question: str, session_id: str | None, filters: dict[str, Any] | None,
+    def _answer_events(self, question: str, session_id: str | None, filters: Filters | Mapping[str, Any] | None,
                        ticket: Ticket, t0: float) -> Iterator[Event]:
         lang = detect_language(question)
         sid = self.sessions.ensure(session_id)
@@ -213,7 +210,7 @@ class AssistantService:
         t_translate = time.perf_counter()
         translation = self.translate(standalone)
         translate_ms = (time.perf_counter() - t_translate) * 1000
-        hits = self.retriever.search(standalone, k=self.settings.top_k, filters=_clean_filters(filters),
+        hits = self.retriever.search(standalone, k=self.settings.top_k, filters=Filters.parse(filters),
                                      translation=translation)
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
         decision = decide(standalone, hits)
@@ -316,26 +313,3 @@ def _token_events(pieces: Generator[str, None, pipeline.Generation]) -> Generato
             yield Event("token", piece)
     finally:
         pieces.close()
-
-
-def _clean_filters(filters: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not filters:
-        return None
-    from .frameworks import canonical
-
-    out = dict(filters)
-    fws = out.get("framework") or out.get("frameworks")
-    if fws:
-        fws = [fws] if isinstance(fws, str) else list(fws)
-        names = []
-        for f in fws:
-            c = canonical(str(f))
-            if c is None:
-                raise UserError("bad_filter", f"Unknown framework in filter: {f}", f"过滤条件中的框架未知：{f}", 422)
-            names.append(c)
-        out["framework"] = names
-        out.pop("frameworks", None)
-    if out.get("language") not in (None, "zh", "en"):
-        raise UserError("bad_filter", "language filter must be 'zh' or 'en'.", "语言过滤只能是 zh 或 en。", 422)
-    return out
-

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .llm.base import estimate_tokens
+from .text import rough_tokens
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL);
@@ -61,7 +61,7 @@ class SessionStore:
         out: list[dict[str, str]] = []
         used = 0
         for role, content in rows:
-            t = estimate_tokens(content)
+            t = rough_tokens(content)
             if used + t > token_budget:
                 break
             used += t

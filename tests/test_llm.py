@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from assistant.errors import UserError
-from assistant.lang import cjk_count
 from assistant.llm.base import ModelError
 from assistant.llm.factory import create_chat_model, describe_models
 from assistant.llm.models import PACKAGED, PackagedModel, file_sha256, model_status, prepare_model
 from assistant.settings import load_settings
+from assistant.text import cjk_count
 
 CACHE = Path(os.environ.get("ASSISTANT_CACHE_DIR") or load_settings().cache_dir)
 ASK = [{"role": "system", "content": "Answer in one short sentence."},

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from assistant.embed import create_embedder
+from assistant.errors import UserError
+from assistant.filters import Filters
 from assistant.index.builder import build_index
 from assistant.index.snapshot import IndexSnapshot
+from assistant.index.store import where_clause
 from assistant.retrieval import RetrievalParams, Retriever
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,12 +74,35 @@ def test_comparison_returns_evidence_for_each_side(retriever: Retriever) -> None
 
 
 def test_filters(retriever: Retriever) -> None:
-    zh = retriever.search("pipeline parallelism", k=5, filters={"language": "zh"})
+    zh = retriever.search("pipeline parallelism", k=5, filters=Filters(language="zh"))
     assert zh and all(h.chunk.language == "zh" for h in zh)
-    ds = retriever.search("流水线并行", k=5, filters={"framework": ["DeepSpeed"]})
+    ds = retriever.search("流水线并行", k=5, filters=Filters(framework=("DeepSpeed",)))
     assert ds and all("DeepSpeed" in h.chunk.frameworks for h in ds)
-    src = retriever.search("ZeRO", k=5, filters={"source": "zero.md"})
+    src = retriever.search("ZeRO", k=5, filters=Filters(source="zero.md"))
     assert src and all("zero.md" in h.chunk.source for h in src)
+
+
+def test_the_store_selects_what_filters_accept(retriever: Retriever) -> None:
+    """The Chroma `where` pushed down for framework and language selects exactly the chunks Filters.accepts."""
+    snap = retriever.snap
+    vec = retriever.embedder.query("parallel training")
+    for f in (Filters(language="zh"), Filters(framework=("DeepSpeed",)),
+              Filters(framework=("DeepSpeed", "PaddlePaddle"), language="en")):
+        want = {c.id for c in snap.chunks if f.accepts(c)}
+        got = {cid for cid, _ in snap.store.query(vec, len(snap.chunks), where_clause(f))}
+        assert want and got == want, f
+
+
+def test_filters_parse_once_with_clear_errors() -> None:
+    f = Filters.parse({"frameworks": "deepspeed", "language": "en", "source": "zero.md"})
+    assert f == Filters(framework=("DeepSpeed",), language="en", source="zero.md")
+    assert Filters.parse(f) is f and not Filters.parse(None) and not Filters.parse({"framework": []})
+    assert Filters.parse({"framework": ["飞桨", "pytorch"]}).framework == ("PaddlePaddle", "PyTorch")
+    for bad, word in (({"framework": ["NoSuchFramework"]}, "NoSuchFramework"), ({"language": "fr"}, "zh"),
+                      ({"lang": "zh"}, "lang"), ({"source": 3}, "source")):
+        with pytest.raises(UserError) as e:
+            Filters.parse(bad)
+        assert e.value.status == 422 and word in e.value.message("en") and word in e.value.message("zh"), bad
 
 
 def test_hybrid_on_a_probe_set(retriever: Retriever) -> None:

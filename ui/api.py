@@ -62,7 +62,7 @@ async def _sse(events: AsyncIterator[Event], on_event: Callable[[str], None]) ->
 async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metrics: MetricsDep) -> Any:
     lang = request_lang(request, body.question)
     request.state.lang = lang
-    filters = body.filters.to_service() if body.filters else None
+    filters = body.filters.to_filters() if body.filters else None
     if body.stream:
         on_event = metrics.stream_observer(time.perf_counter())
         ticket = service.queue.reserve()  # on the event loop: the queue order is the arrival order
@@ -87,7 +87,7 @@ async def advise(body: AdviseRequest, request: Request, service: ServiceDep) -> 
 @router.post("/search", response_model=SearchResponse, summary="Hybrid search: ranked passages with scores")
 async def search(body: SearchRequest, request: Request, service: ReadyServiceDep) -> dict[str, Any]:
     request.state.lang = request_lang(request, body.query)
-    filters = body.filters.to_service() if body.filters else None
+    filters = body.filters.to_filters() if body.filters else None
     hits = await run_in_threadpool(service.search, body.query, body.k, filters)
     return {"query": body.query, "k": body.k, "results": [{"rank": i, **h.to_dict()} for i, h in enumerate(hits, 1)]}
 

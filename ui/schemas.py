@@ -7,21 +7,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from assistant.filters import Filters
+
 SessionId = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$",
                   description="Session id from a previous answer; omit to start a new session.")
 
 
-class Filters(BaseModel):
-    """Restrict retrieval. Unknown framework names are a 422."""
+class FiltersBody(BaseModel):
+    """Restrict retrieval (the wire shape of assistant.filters.Filters). Unknown framework names are a 422."""
 
     model_config = ConfigDict(extra="forbid")
     framework: list[str] | None = Field(default=None, max_length=10, examples=[["PyTorch", "DeepSpeed"]])
     language: Literal["zh", "en"] | None = None
     source: str | None = Field(default=None, max_length=300, description="substring of the source path")
 
-    def to_service(self) -> dict[str, Any] | None:
-        d = self.model_dump(exclude_none=True)
-        return d or None
+    def to_filters(self) -> Filters:
+        return Filters.parse(self.model_dump(exclude_none=True))
 
 
 class AskRequest(BaseModel):
@@ -31,7 +32,7 @@ class AskRequest(BaseModel):
     ]})
     question: str = Field(description="The question (Chinese or English); max settings.max_question_chars characters.")
     session_id: str | None = SessionId
-    filters: Filters | None = None
+    filters: FiltersBody | None = None
     stream: bool = Field(default=False, description="Server-Sent Events: sources, token..., citations, done")
 
 
@@ -41,7 +42,7 @@ class SearchRequest(BaseModel):
     ]})
     query: str = Field(description="Search text; max settings.max_question_chars characters.")
     k: int = Field(default=5, ge=1, le=50)
-    filters: Filters | None = None
+    filters: FiltersBody | None = None
 
 
 class FeedbackRequest(BaseModel):

@@ -22,11 +22,10 @@ import numpy as np
 
 from ..embed import Embedder
 from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks
-from ..index.keyword import tokenize
 from ..lang import detect_language
+from ..text import HAN, cjk_count, split_sentences, starts_with_pronoun, tokenize
 from ..types import Citation
 from .prompt import Source
-from .text import split_sentences, starts_with_pronoun
 
 _MARK = re.compile(r"\s*[,，、]?\s*[\[【](\d+(?:\s*[,，、]\s*\d+)*)[\]】]")  # "[1], [2]": the commas go too
 _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
@@ -88,7 +87,7 @@ def parse_markers(sentence: str) -> tuple[str, list[int]]:
 
 
 def is_factual(sentence: str) -> bool:
-    cjk = len(re.findall(r"[\u4e00-\u9fff]", sentence))
+    cjk = cjk_count(sentence)
     words = len(re.findall(r"[A-Za-z]+", sentence))
     return cjk >= _FACT_MIN_ZH or words >= _FACT_MIN_EN or (cjk >= 3 and words >= 1)
 
@@ -240,7 +239,7 @@ class CitationChecker:
             result.dropped_numbers.extend(n for n in nums if n not in valid)
             nums = [n for n in dict.fromkeys(nums) if n in valid]
             if not is_factual(text):
-                if re.search(r"[\w\u4e00-\u9fff]", text):  # drop debris such as a lone "." left by the model
+                if re.search(r"\w", text):  # drop debris such as a lone "." left by the model
                     out_sents.append(text)
                 continue
             result.factual_sentences += 1
@@ -293,7 +292,7 @@ class CitationChecker:
         result.citations = [used[n] for n in sorted(used)]
         return result
 
-    def _quote(self, claim: str, passage_sentence: str, score: float, frameworks: set[str] = frozenset(),
+    def _quote(self, claim: str, passage_sentence: str, score: float, frameworks: frozenset[str] | set[str] = frozenset(),
                is_article: bool = False) -> str:
         """The passage's own words for a claim that nearly copies them, or "" to keep the claim: only a
         self-contained sentence in the claim's language (no table, code, link, list item or bracketed reference
@@ -389,7 +388,7 @@ def _join(sentences: list[str]) -> str:
     for s in sentences:
         if not out:
             out = s
-        elif re.search(r"[\u4e00-\u9fff。！？；]", out[-1]) or re.match(r"[\u4e00-\u9fff]", s):
+        elif re.search(f"[{HAN}。！？；]", out[-1]) or re.match(f"[{HAN}]", s):
             out += s
         else:
             out += " " + s

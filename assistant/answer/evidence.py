@@ -19,11 +19,10 @@ import numpy as np
 
 from ..embed import Embedder
 from ..frameworks import expand_terms
-from ..index.keyword import tokenize
+from ..text import normalise, split_sentences, starts_with_pronoun, tokenize
 from ..types import Hit
 from .policy import addresses_the_model
 from .prompt import Source
-from .text import normalise, split_sentences, starts_with_pronoun
 
 _REFERENCE_LINE = re.compile(r"^\s*(来源\s*/\s*Sources|来源|Sources?)\s*[:：]|https?://\S+", re.IGNORECASE)
 _BIBLIOGRAPHY_ENTRY = re.compile(r"^\s*\[\d+\]\s")

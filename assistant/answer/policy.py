@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from ..frameworks import CONCEPTS, find_frameworks
+from ..text import has_cjk
 from ..types import Hit
 
 REFUSAL = {
@@ -112,7 +113,7 @@ def rewrite_followup(question: str, history: list[dict[str, str]]) -> str:
             break
     if not names:
         return question
-    subject = " 和 ".join(names[:2]) if re.search(r"[\u4e00-\u9fff]", question) else " and ".join(names[:2])
+    subject = " 和 ".join(names[:2]) if has_cjk(question) else " and ".join(names[:2])
     if _PRONOUN_ZH.search(question):
         return _PRONOUN_ZH.sub(lambda m: subject + ("的" if m.group(0) in ("它的", "其") else ""), question, count=1)
     if _PRONOUN_EN.search(question):

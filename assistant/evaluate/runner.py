@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..answer.citations import is_factual, parse_markers
-from ..answer.text import split_sentences
 from ..errors import UserError
 from ..interfaces import Answerer
+from ..text import split_sentences
 from ..types import Answer
 from . import metrics as M
 from .dataset import EvalCase, load_set

@@ -26,7 +26,7 @@ from ..ingest.chunker import CHUNKER_VERSION
 from ..types import Chunk
 from .cache import EmbeddingCache
 from .keyword import KeywordIndex
-from .snapshot import current_generation, read_chunks
+from .snapshot import IndexMeta, current_generation, read_chunks, read_meta, write_meta
 from .store import VectorStore
 
 FORMAT_VERSION = 1
@@ -103,19 +103,19 @@ def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, ch
     chunk_tokens = chunk_tokens or DEFAULT_CHUNK_TOKENS
     files = discover(doc_paths)
     prev_gen = current_generation(index_dir)
-    prev_meta: dict[str, Any] = json.loads((prev_gen / "meta.json").read_text()) if prev_gen else {}
+    prev_meta = read_meta(prev_gen) if prev_gen else None
     fingerprints = {str(f): _sha(f) for f, _root in files}
     settings_key = {"embedder": embedder.name, "chunk_tokens": chunk_tokens, "format": FORMAT_VERSION,
                     "chunker": CHUNKER_VERSION}
     report = BuildReport()
 
-    same_settings = all(prev_meta.get(k) == v for k, v in settings_key.items())
-    if prev_gen and same_settings and prev_meta.get("fingerprints") == fingerprints:
+    same_settings = prev_meta is not None and prev_meta.build_key() == settings_key
+    if prev_gen and prev_meta and same_settings and prev_meta.fingerprints == fingerprints:
         report.unchanged = True
         report.generation = prev_gen.name
-        report.documents = prev_meta.get("documents", 0)
-        report.chunks = prev_meta.get("chunks", 0)
-        report.skipped = [tuple(s) for s in prev_meta.get("skipped", [])]  # type: ignore[misc]
+        report.documents = prev_meta.documents
+        report.chunks = prev_meta.chunks
+        report.skipped = list(prev_meta.skipped)
         return report
 
     chunks, file_sources = _collect_chunks(files, fingerprints, prev_gen, prev_meta, same_settings, chunk_tokens,
@@ -126,10 +126,10 @@ def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, ch
                         "text or .py tutorial files.",
                         "没有可索引的文档：给定路径中没有可读取的 Markdown、reST、notebook、HTML、PDF、文本或 .py 教程文件。")
     new_gen = _write_generation(index_dir, chunks, embedder, prev_gen if same_settings else None, progress, report)
-    meta = {**settings_key, "fingerprints": fingerprints, "documents": report.documents, "chunks": len(chunks),
-            "skipped": report.skipped, "file_sources": file_sources, "roots": sorted({str(r) for _f, r in files}), "created": time.time(),
-            "dim": embedder.dim}
-    (new_gen / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+    write_meta(new_gen, IndexMeta(embedder.name, chunk_tokens, FORMAT_VERSION, CHUNKER_VERSION, fingerprints=fingerprints, documents=report.documents,
+                                  chunks=len(chunks), skipped=tuple(report.skipped), file_sources=file_sources,
+                                  roots=tuple(sorted({str(r) for _f, r in files})), created=time.time(),
+                                  dim=embedder.dim))
     final = new_gen.with_name(new_gen.name.removesuffix(".partial"))
     os.replace(new_gen, final)
     _fsync_dir(index_dir)
@@ -143,11 +143,11 @@ def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, ch
 
 
 def _collect_chunks(files: list[tuple[Path, Path]], fingerprints: dict[str, str], prev_gen: Path | None,
-                    prev_meta: dict[str, Any], same_settings: bool, chunk_tokens: int, report: BuildReport,
+                    prev_meta: IndexMeta | None, same_settings: bool, chunk_tokens: int, report: BuildReport,
                     log: Callable[[str], None]) -> tuple[list[Chunk], dict[str, str]]:
     prev_by_source: dict[str, list[Chunk]] = {}
-    prev_files: dict[str, str] = prev_meta.get("fingerprints", {}) if same_settings else {}
-    prev_sources: dict[str, str] = prev_meta.get("file_sources", {}) if same_settings else {}
+    prev_files = prev_meta.fingerprints if prev_meta and same_settings else {}
+    prev_sources = prev_meta.file_sources if prev_meta and same_settings else {}
     if prev_gen and same_settings:
         for c in read_chunks(prev_gen):
             prev_by_source.setdefault(c.source, []).append(c)

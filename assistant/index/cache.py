@@ -38,8 +38,8 @@ class EmbeddingCache:
             q = "SELECT id, vec FROM emb WHERE id IN (%s)" % ",".join("?" * len(part))
             found.update(self._db.execute(q, part).fetchall())
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
-        for row, i in enumerate(ids):
-            out[row] = np.frombuffer(found[i], dtype=np.float32)
+        for row, cid in enumerate(ids):
+            out[row] = np.frombuffer(found[cid], dtype=np.float32)
         return out
 
     def close(self) -> None:

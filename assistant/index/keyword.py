@@ -1,54 +1,11 @@
-"""Keyword search: jieba-tokenised BM25 (bm25s), saved beside the vector store.
-
-Tokens: jieba words for Chinese, lower-cased words (with dots and dashes kept, so
-`tf.function` and `megatron-lm` stay whole, plus their parts) for English; stop words dropped.
-"""
+"""Keyword search: BM25 (bm25s) over the search tokens of assistant.text.tokenize, saved beside the vector store."""
 from __future__ import annotations
 
-import logging
-import re
 from pathlib import Path
 
 import numpy as np
 
-_WORD = re.compile(r"[a-z0-9][a-z0-9_.\-]*[a-z0-9]|[a-z0-9]|[\u4e00-\u9fff]+")
-_STOP = frozenset(
-    """a an the of to in on for and or is are was were be been it its this that these those with as by at from
-    what which who how why when where do does did can could should would will i we you they he she my our your
-    there their than then so if not no yes about into over use used using also more most such one two
-    的 了 和 是 在 与 及 或 有 也 就 都 而 把 被 对 等 中 上 下 为 以 之 这 那 个 吗 呢 吧 啊 什么 怎么 如何 哪个 哪些 可以 一个 我们 你们
-    他们 它 它们 还是 是否 进行 使用 通过 需要 支持""".split()
-)
-
-_jieba_ready = False
-
-
-def _jieba():
-    global _jieba_ready
-    import jieba
-
-    if not _jieba_ready:
-        jieba.setLogLevel(logging.WARNING)
-        for term in ("张量并行", "流水线并行", "数据并行", "序列并行", "专家并行", "混合精度", "动转静", "飞桨", "零冗余",
-                     "分布式训练", "计算图", "动态图", "静态图", "自动并行", "混合并行", "显存", "国产化"):
-            jieba.add_word(term)
-        _jieba_ready = True
-    return jieba
-
-
-def tokenize(text: str) -> list[str]:
-    """Search tokens of a text in either language."""
-    low = text.lower()
-    out: list[str] = []
-    for m in _WORD.finditer(low):
-        tok = m.group(0)
-        if "\u4e00" <= tok[0] <= "\u9fff":
-            out.extend(w for w in _jieba().lcut(tok) if w not in _STOP)
-        elif tok not in _STOP:
-            out.append(tok)
-            if "." in tok or "-" in tok or "_" in tok:
-                out.extend(p for p in re.split(r"[._\-]", tok) if p and p not in _STOP)
-    return out
+from ..text import tokenize
 
 
 class KeywordIndex:

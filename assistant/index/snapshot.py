@@ -2,12 +2,15 @@
 
 Layout of an index directory:
     CURRENT            name of the live generation (replaced atomically at the end of a build)
-    gen-<n>/           chunks.jsonl, meta.json, chroma/, bm25/
+    gen-<n>/           chunks.jsonl, meta.json (IndexMeta), chroma/, bm25/
     cache/             embedding cache per embedder (see cache.py)
+
+meta.json is read and written only here (read_meta, current_meta, write_meta).
 """
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +20,62 @@ from .keyword import KeywordIndex
 from .store import VectorStore
 
 
+META = "meta.json"
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    """What a build recorded about one generation. Fields missing from an older meta.json take the defaults."""
+
+    embedder: str | None = None  # the embedder's name; queries must be embedded with the same one
+    chunk_tokens: int | None = None  # the chunker's token budget
+    format: int | None = None  # builder.FORMAT_VERSION
+    chunker: int | None = None  # ingest.chunker.CHUNKER_VERSION
+    fingerprints: dict[str, str] = field(default_factory=dict)  # file path -> sha256 of its bytes
+    documents: int = 0
+    chunks: int = 0
+    skipped: tuple[tuple[str, str], ...] = ()  # (file path, reason) of files that could not be read
+    file_sources: dict[str, str] = field(default_factory=dict)  # file path -> its chunks' source
+    roots: tuple[str, ...] = ()  # the folders indexed (a later build without --replace keeps them)
+    created: float = 0.0  # time.time() of the build
+    dim: int | None = None  # embedding dimension
+
+    def build_key(self) -> dict[str, Any]:
+        """The settings that make chunks and vectors comparable between two builds."""
+        return {"embedder": self.embedder, "chunk_tokens": self.chunk_tokens, "format": self.format,
+                "chunker": self.chunker}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> IndexMeta:
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        if "skipped" in d:
+            d["skipped"] = tuple((str(p), str(r)) for p, r in d["skipped"])
+        if "roots" in d:
+            d["roots"] = tuple(d["roots"])
+        return cls(**d)
+
+
+def read_meta(gen: Path) -> IndexMeta:
+    return IndexMeta.from_dict(json.loads((gen / META).read_text(encoding="utf-8")))
+
+
+def write_meta(gen: Path, meta: IndexMeta) -> None:
+    (gen / META).write_text(json.dumps(asdict(meta), ensure_ascii=False, indent=1), encoding="utf-8")
+
+
 def current_generation(index_dir: Path) -> Path | None:
     pointer = index_dir / "CURRENT"
     if not pointer.is_file():
         return None
     gen = index_dir / pointer.read_text(encoding="utf-8").strip()
-    return gen if (gen / "meta.json").is_file() else None
+    return gen if (gen / META).is_file() else None
+
+
+def current_meta(index_dir: Path) -> IndexMeta | None:
+    """The meta of the live generation, or None when there is no index yet."""
+    gen = current_generation(index_dir)
+    return read_meta(gen) if gen is not None else None
 
 
 def read_chunks(gen: Path) -> list[Chunk]:
@@ -35,7 +88,7 @@ class IndexSnapshot:
 
     def __init__(self, gen: Path) -> None:
         self.gen = gen
-        self.meta: dict[str, Any] = json.loads((gen / "meta.json").read_text(encoding="utf-8"))
+        self.meta = read_meta(gen)
         self.chunks = read_chunks(gen)
         self.by_id = {c.id: c for c in self.chunks}
         self.row_of = {c.id: i for i, c in enumerate(self.chunks)}
@@ -56,7 +109,7 @@ class IndexSnapshot:
 
     @property
     def embedder_name(self) -> str:
-        return str(self.meta.get("embedder", "usem3"))
+        return self.meta.embedder or "usem3"
 
     def close(self) -> None:
         self.store.close()

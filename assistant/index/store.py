@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..filters import Filters
 from ..types import Chunk
 
 COLLECTION = "chunks"
@@ -87,20 +88,17 @@ class VectorStore:
             pass
 
 
-def where_clause(filters: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Chroma `where` for {"framework": [...], "language": "zh", "source": "exact path"} filters."""
+def where_clause(filters: Filters | None) -> dict[str, Any] | None:
+    """The Chroma `where` for the conditions of filters that the store's metadata can express (framework,
+    language); the source substring is left to Filters.accepts, which every candidate is checked with."""
     if not filters:
         return None
     parts: list[dict[str, Any]] = []
-    fws = filters.get("framework") or filters.get("frameworks")
-    if fws:
-        fws = [fws] if isinstance(fws, str) else list(fws)
-        ors = [{fw_key(f): True} for f in fws]
+    if filters.framework:
+        ors = [{fw_key(f): True} for f in filters.framework]
         parts.append(ors[0] if len(ors) == 1 else {"$or": ors})
-    if filters.get("language"):
-        parts.append({"language": filters["language"]})
-    if filters.get("source_exact"):
-        parts.append({"source": filters["source_exact"]})
+    if filters.language:
+        parts.append({"language": filters.language})
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else {"$and": parts}

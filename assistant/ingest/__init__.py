@@ -5,13 +5,12 @@
     chunks = [c for d in docs for c in chunk_document(d)]
 
 Modules: loader (dispatch, metadata, errors), markdown, rst, formats (ipynb, sphinx-gallery .py,
-HTML, PDF, text), sections (line-mapped sections), chunker, tokens (fast token estimate).
+HTML, PDF, text), sections (line-mapped sections), chunker. Token estimates are assistant/text.py.
 """
 from __future__ import annotations
 
 from .chunker import DEFAULT_CHUNK_TOKENS, MIN_TOKENS, chunk_document, chunk_id
 from .loader import SUFFIXES, LoadError, discover, load_all, load_document
-from .tokens import estimate_tokens
 
 __all__ = ["DEFAULT_CHUNK_TOKENS", "MIN_TOKENS", "SUFFIXES", "LoadError", "chunk_document", "chunk_id", "discover",
-           "estimate_tokens", "load_all", "load_document"]
+           "load_all", "load_document"]

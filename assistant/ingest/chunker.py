@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from assistant.frameworks import find_frameworks
-from assistant.lang import cjk_count, detect_language
+from assistant.lang import detect_language
+from assistant.text import cjk_count, estimate_tokens, sentence_ends
 from assistant.types import Chunk, Document, Section
 
 from .sections import line_numbers
-from .tokens import estimate_tokens
 
 DEFAULT_CHUNK_TOKENS = 160
 # bumped when the same file would give different chunks: an index built by another version re-chunks
@@ -34,7 +34,6 @@ CHUNKER_VERSION = 2
 MIN_TOKENS = 30
 TokenCounter = Callable[[str], int]
 
-_SENTENCE_END = re.compile(r"(?:[。！？；][”’」』）)]*\s*|[.!?;][\"'”’)\]]*(?:\s+|$)|\n(?=\s*(?:[-*+] |\d+[.)] )))")
 _SOFT_BREAKS = (re.compile(r"[，、,：:]\s*"), re.compile(r"\s+"))
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _URL = re.compile(r"https?://\S+|\S+/\S+")  # URLs and paths are not prose
@@ -125,10 +124,10 @@ def _cut(text: str, max_tokens: int, count: TokenCounter, level: int = 0) -> lis
     """Spans of text, each within max_tokens, cut at sentence ends, then commas, then spaces."""
     if count(text) <= max_tokens:
         return [(0, len(text))]
-    pattern = _SENTENCE_END if level == 0 else _SOFT_BREAKS[level - 1] if level <= 2 else None
-    if pattern is None:
+    if level > 2:
         return _hard_cut(text, max_tokens, count)
-    bounds = [m.end() for m in pattern.finditer(text) if 0 < m.end() < len(text)]
+    ends = sentence_ends(text) if level == 0 else [m.end() for m in _SOFT_BREAKS[level - 1].finditer(text)]
+    bounds = [e for e in ends if 0 < e < len(text)]
     pieces = list(zip([0, *bounds], [*bounds, len(text)], strict=True))
     spans: list[tuple[int, int]] = []
     for a, b in pieces:

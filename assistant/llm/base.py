@@ -10,6 +10,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from assistant.text import rough_tokens
+
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
 
 
@@ -48,16 +50,10 @@ class ChatModel(ABC):
 
     def count_tokens(self, text: str) -> int:
         """Tokens of text under this model's tokenizer; engines with a tokenizer override this."""
-        return estimate_tokens(text)
+        return rough_tokens(text)
 
     def warmup(self, system: str | None = None) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Load weights and process a fixed prompt prefix (the system prompt) ahead of the first request."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free the model's memory."""
-
-
-def estimate_tokens(text: str) -> int:
-    """Qwen-tokenizer estimate: ~1 token per CJK character, ~4 characters per token otherwise."""
-    cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
-    return cjk + max(0, len(text) - cjk) // 4 + 1

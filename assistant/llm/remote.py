@@ -15,7 +15,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from assistant.errors import UserError
-from assistant.llm.base import ChatModel, Message, ModelError, Usage, estimate_tokens
+from assistant.llm.base import ChatModel, Message, ModelError, Usage
+from assistant.text import rough_tokens
 
 
 def is_local_url(url: str) -> bool:
@@ -102,8 +103,8 @@ class OpenAIChatModel(ChatModel):
             return Usage(usage.prompt_tokens, usage.completion_tokens, extra)
         # no usage from the server: estimate (marked, so nobody mistakes it for a count)
         extra["estimated"] = 1.0
-        prompt = sum(estimate_tokens(m["content"]) for m in messages)
-        return Usage(prompt, estimate_tokens("".join(pieces)), extra)
+        prompt = sum(rough_tokens(m["content"]) for m in messages)
+        return Usage(prompt, rough_tokens("".join(pieces)), extra)
 
     def _error(self, exc: Exception) -> ModelError:
         openai = self._openai

@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from assistant.llm.base import ChatModel, Message, Usage, estimate_tokens
+from assistant.llm.base import ChatModel, Message, Usage
+from assistant.text import HAN, rough_tokens
 
 # a word with its trailing spaces; each CJK character on its own (Chinese has no spaces between words)
-_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]\s*|[^\s\u3400-\u9fff\uf900-\ufaff]+\s*|\s+")
+_WORD = re.compile(f"[{HAN}]\\s*|[^\\s{HAN}]+\\s*|\\s+")
 Script = str | list[str] | Callable[[list[Message]], str]
 
 
@@ -49,6 +50,6 @@ class ScriptedChatModel(ChatModel):
         cut = min((text.find(s) for s in stop or [] if s in text), default=len(text))
         words = _WORD.findall(text[:cut])[:max_tokens]
         yield from words
-        prompt = sum(estimate_tokens(m["content"]) for m in messages)
+        prompt = sum(rough_tokens(m["content"]) for m in messages)
         self.last_usage = Usage(prompt_tokens=prompt, completion_tokens=len(words))
 

@@ -1,0 +1,176 @@
+"""Text in both languages: the CJK character ranges, token estimates, search tokens and sentence splitting.
+
+Every module that needs to know "is this Chinese", "how many tokens is this", "what are its search words" or
+"where do its sentences end" asks here, so the answer is the same everywhere (which language a chunk is,
+which words BM25 indexes and the question is searched with, which sentences a citation is checked against).
+Which language a whole text is in (a threshold over these counts) is assistant/lang.py.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+import unicodedata
+
+# ---- scripts ------------------------------------------------------------------------------------------
+# Han ideographs: CJK Extension A, the Unified Ideographs, the Compatibility Ideographs. Character-class
+# bodies, to be used inside [...] (f"[{HAN}]").
+HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_PUNCT = "\u3000-\u303f"  # 、。「」《》 and the ideographic space
+FULLWIDTH = "\uff00-\uffef"  # ！？（），：； and full-width Latin
+_HAN = re.compile(f"[{HAN}]")
+
+
+def is_cjk(ch: str) -> bool:
+    """Whether ch (one character) is a Han ideograph."""
+    return bool(_HAN.fullmatch(ch))
+
+
+def has_cjk(text: str) -> bool:
+    return _HAN.search(text) is not None
+
+
+def cjk_count(text: str) -> int:
+    """Han ideographs in text."""
+    return len(_HAN.findall(text))
+
+
+# ---- token estimates ------------------------------------------------------------------------------------
+# A fast token-count estimate for the chat model's tokenizer (Qwen2.5), with no model needed. Calibrated on
+# ../shared/framework-docs and corpus/ against the real tokenizer (llama.cpp, vocab only); see docs/chunking.md
+# for the measurements. CJK characters and other characters cost very different amounts, so they are counted
+# apart. The constants lean high on purpose: a chunk that the estimate says fits must also fit under the real
+# tokenizer. The chunker sizes chunks with it, so changing it changes every chunk id of the index.
+_WIDE = re.compile(f"[{CJK_PUNCT}{HAN}{FULLWIDTH}]")
+_LETTER = re.compile(r"[A-Za-z]")
+_DIGIT = re.compile(r"[0-9]")  # Qwen2.5 splits numbers into single digits
+_SPACE = re.compile(r"\s")
+_PUNCT = re.compile(r"[!-/:-@\[-`{-~]")
+# tokens per character, fitted by least squares on 1,892 pieces of the corpus against the real
+# tokenizer, then rounded up (docs/chunking.md); "other" is emoji, accents, box drawing...
+PER_CJK, PER_LETTER, PER_DIGIT, PER_SPACE, PER_PUNCT, PER_OTHER = 0.8, 0.28, 1.0, 0.12, 0.6, 1.5
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimated Qwen2.5 tokens of text: a median 1.2x over the real count, under it for ~7% of pieces."""
+    wide = len(_WIDE.findall(text))
+    letters = len(_LETTER.findall(text))
+    digits = len(_DIGIT.findall(text))
+    spaces = len(_SPACE.findall(text))
+    punct = len(_PUNCT.findall(text))
+    other = len(text) - wide - letters - digits - spaces - punct
+    return math.ceil(wide * PER_CJK + letters * PER_LETTER + digits * PER_DIGIT + spaces * PER_SPACE
+                     + punct * PER_PUNCT + other * PER_OTHER)
+
+
+def rough_tokens(text: str) -> int:
+    """A rule of thumb where no tokenizer is at hand and nothing is sized by it bit-for-bit: ~1 token per Han
+    character, ~4 other characters per token, plus one. It is what ChatModel.count_tokens falls back to (the
+    scripted and remote engines), what remote usage is reported as when the server says nothing, and how the
+    session store budgets history. It is not estimate_tokens: moving these budgets onto the calibrated estimate
+    would change which evidence and history fit, so that is a change of its own, to be measured."""
+    cjk = cjk_count(text)
+    return cjk + max(0, len(text) - cjk) // 4 + 1
+
+
+# ---- search tokens ----------------------------------------------------------------------------------------
+# jieba words for Chinese, lower-cased words (with dots and dashes kept, so `tf.function` and `megatron-lm`
+# stay whole, plus their parts) for English; stop words dropped. The keyword index (index/keyword.py) is
+# built from these tokens, and retrieval, evidence selection and citation checking compare with them.
+_WORD = re.compile(f"[a-z0-9][a-z0-9_.\\-]*[a-z0-9]|[a-z0-9]|[{HAN}]+")
+_STOP = frozenset(
+    """a an the of to in on for and or is are was were be been it its this that these those with as by at from
+    what which who how why when where do does did can could should would will i we you they he she my our your
+    there their than then so if not no yes about into over use used using also more most such one two
+    的 了 和 是 在 与 及 或 有 也 就 都 而 把 被 对 等 中 上 下 为 以 之 这 那 个 吗 呢 吧 啊 什么 怎么 如何 哪个 哪些 可以 一个 我们 你们
+    他们 它 它们 还是 是否 进行 使用 通过 需要 支持""".split()
+)
+
+_jieba_ready = False
+
+
+def _jieba():
+    global _jieba_ready
+    import jieba
+
+    if not _jieba_ready:
+        jieba.setLogLevel(logging.WARNING)
+        for term in ("张量并行", "流水线并行", "数据并行", "序列并行", "专家并行", "混合精度", "动转静", "飞桨", "零冗余",
+                     "分布式训练", "计算图", "动态图", "静态图", "自动并行", "混合并行", "显存", "国产化"):
+            jieba.add_word(term)
+        _jieba_ready = True
+    return jieba
+
+
+def tokenize(text: str) -> list[str]:
+    """Search tokens of a text in either language."""
+    low = text.lower()
+    out: list[str] = []
+    for m in _WORD.finditer(low):
+        tok = m.group(0)
+        if is_cjk(tok[0]):
+            out.extend(w for w in _jieba().lcut(tok) if w not in _STOP)
+        elif tok not in _STOP:
+            out.append(tok)
+            if "." in tok or "-" in tok or "_" in tok:
+                out.extend(p for p in re.split(r"[._\-]", tok) if p and p not in _STOP)
+    return out
+
+
+# ---- sentences ----------------------------------------------------------------------------------------------
+# Two splitters, on purpose: the chunker's cut points (sentence_ends) decide chunk boundaries and so every chunk
+# id of the index, while split_sentences decides which sentences of an answer carry which citation markers and
+# which sentences of a passage are evidence. Their rules differ (the chunker also ends sentences at ; and before
+# list items, and at "." after any character; answers keep their markers with the sentence) and each is fixed
+# by what depends on it, so neither is written in terms of the other.
+
+# zh 。！？； and en . ! ? ; before whitespace (plus closing quotes), or the start of a list item
+_CHUNK_SENTENCE_END = re.compile(r"(?:[。！？；][”’」』）)]*\s*|[.!?;][\"'”’)\]]*(?:\s+|$)|\n(?=\s*(?:[-*+] |\d+[.)] )))")
+
+
+def sentence_ends(text: str) -> list[int]:
+    """Offsets just after each sentence end of text (trailing whitespace included): where the chunker may cut."""
+    return [m.end() for m in _CHUNK_SENTENCE_END.finditer(text)]
+
+
+# A sentence ends at 。！？；!? or at . followed by space/end (not inside 3.14 or tf.function), plus any closing
+# quotes/brackets and trailing citation markers like [1][2] or [1], [2].
+_SENT_END = re.compile(
+    r"(?<=[。！？；!?])(?:[”’」』）)\]]*)(?:\s*[,，、]?\s*\[\d+(?:\s*[,，]\s*\d+)*\])*\s*"
+    r"|(?<=[a-z0-9)\]`\"'])\.(?:\s*[,，、]?\s*\[\d+(?:\s*[,，]\s*\d+)*\])*(?=\s|$)\s*",
+    re.IGNORECASE,
+)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences, keeping each sentence's own citation markers with it (answers and passages)."""
+    out: list[str] = []
+    for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*•]|\d+[.)、])\s)", text):
+        block = block.strip()
+        if not block:
+            continue
+        start = 0
+        for m in _SENT_END.finditer(block):
+            end = m.end()
+            piece = block[start:end].strip()
+            if piece:
+                out.append(piece)
+            start = end
+        rest = block[start:].strip()
+        if rest:
+            out.append(rest)
+    return out
+
+
+# a subject that is only a pronoun ("这个包名……", "This API ...", "It ..."); 此外/其次/其实/其他/那么 are not pronouns
+_PRONOUN_START = re.compile(r"^[*_|>#\-•\s]*(?:(?:这|那|它|该|此|其)(?!外|次|实|他|么)|(?:This|That|These|Those|It|Its|They|Their)\b)")
+
+
+def starts_with_pronoun(sentence: str) -> bool:
+    """Whether a sentence (or a table cell / list item, markup ignored) takes its subject from the text before it."""
+    return bool(_PRONOUN_START.match(sentence))
+
+
+def normalise(text: str) -> str:
+    """Full-width to half-width, lower case, collapsed spaces."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
