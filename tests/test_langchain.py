@@ -174,8 +174,12 @@ def test_runnable_in_lcel_chains(scripted: AssistantService) -> None:
 
 
 async def test_runnable_async(scripted: AssistantService) -> None:
-    msg = await AssistantRunnable(scripted).ainvoke("What is Megatron-LM?")
+    run = AssistantRunnable(scripted)
+    msg = await run.ainvoke("What is Megatron-LM?")
     assert msg.response_metadata["citations"]
+    chunks = [c async for c in (RunnableLambda(lambda q: {"question": q}) | run).astream("What is Megatron-LM?")]
+    assert len(chunks) > 3 and all(c.content for c in chunks[:-1])
+    assert chunks[-1].response_metadata["citations"] == msg.response_metadata["citations"]
 
 
 def test_real_model_answer_carries_a_citation(service: AssistantService) -> None:

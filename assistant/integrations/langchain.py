@@ -15,9 +15,9 @@ shared: `svc = AssistantService(); AssistantRetriever(service=svc); AssistantRun
   and whose `response_metadata` is the API's answer JSON (`answer`, `citations`, `refused`, `language`,
   `session_id`, `message_id`, `timings`, `usage`, `queue`), with `usage_metadata` when the model ran.
   `stream` -> `AIMessageChunk`s of the model's tokens, then one empty-content chunk carrying that metadata (so
-  the chunks add up to a message with citations). The streamed tokens are the model's raw text: the checked
-  `response_metadata["answer"]` may differ (unsupported sentences removed, near copies quoted), and the
-  citations refer to it, as in docs/architecture.md.
+  the chunks add up to a message with citations); `astream` yields the same chunks. The streamed tokens are
+  the model's raw text: the checked `response_metadata["answer"]` may differ (unsupported sentences removed,
+  near copies quoted), and the citations refer to it, as in docs/architecture.md.
 - `advise_tool(service)` -> the `advise` tool: a team's situation in free text (Chinese or English) -> the
   Advisor's ranked, cited recommendation as text (the content the agent reads) and as the Advice JSON (the
   artifact of a `ToolMessage` when called with a tool call). Bad input comes back as the tool's error text in
@@ -28,7 +28,7 @@ retriever and the runnable with their message; `err.message("zh")` gives the Chi
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 from langchain_core.documents import Document
@@ -36,6 +36,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Huma
 from langchain_core.prompt_values import PromptValue
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import StructuredTool, ToolException
 from pydantic import Field, PrivateAttr
 
@@ -107,6 +108,13 @@ class AssistantRunnable(Runnable[Any, AIMessage]):
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any | None) -> Iterator[AIMessage]:
         yield from self._transform_stream_with_config(iter([input]), self._ask_chunks, config, **kwargs)
+
+    async def astream(self, input: Any, config: RunnableConfig | None = None,
+                      **kwargs: Any | None) -> AsyncIterator[AIMessage]:
+        """The chunks of `stream`, each produced on a worker thread: generation never blocks the event loop."""
+        chunks = self.stream(input, config, **kwargs)
+        while (chunk := await run_in_executor(config, next, chunks, None)) is not None:
+            yield chunk
 
     # ---- internals ------------------------------------------------------------------------------
     def _request(self, value: Any) -> tuple[str, str | None, dict[str, Any] | None]:
