@@ -21,7 +21,7 @@ _SOURCE = re.compile(r"^\[(\d+)\] (.+)$", re.MULTILINE)  # one numbered source p
 
 def quote_sources(messages: list[Message], count: int = 2) -> str:
     """The first sentence of each of the first `count` sources in the last user message, each cited [n];
-    "" when the prompt has no numbered sources."""
+    the user message itself when it holds no numbered sources."""
     from assistant.answer.text import split_sentences
     from assistant.lang import detect_language
 
@@ -30,7 +30,7 @@ def quote_sources(messages: list[Message], count: int = 2) -> str:
     for n, text in _SOURCE.findall(user)[:count]:
         sentence = split_sentences(text)[0].rstrip(" .。!！?？；;")
         parts.append(f"{sentence} [{n}]{'。' if detect_language(sentence) == 'zh' else '.'}")
-    return " ".join(parts)
+    return " ".join(parts) or user
 
 
 class ScriptedChatModel(ChatModel):
