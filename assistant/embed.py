@@ -32,6 +32,8 @@ class Embedder(ABC):
         return _normalise(self._encode([text], "query"))[0]
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:  # some engines cannot encode an empty batch
+            return np.zeros((0, self.dim), dtype=np.float32)
         return _normalise(self._encode(list(texts), "query"))
 
 

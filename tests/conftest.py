@@ -50,3 +50,22 @@ def service(fast_settings: Settings):
     svc.load(warm=True)
     yield svc
     svc.close()
+
+
+@pytest.fixture(scope="session")
+def scripted_service(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A factory of real services (real index, embedder, sessions, queue) whose chat model is the plumbing
+    engine ScriptedChatModel: quote_sources by default, so answers cite [1]/[2] and pass the citation check.
+    `make(script=..., state_dir=..., load=True, **settings)`; the caller closes what it makes."""
+    from assistant.llm.scripted import ScriptedChatModel, quote_sources
+    from assistant.service import AssistantService
+
+    def make(script=quote_sources, state_dir: Path | None = None, load: bool = True, **over):
+        settings = load_settings(index_dir=corpus_index, state_dir=state_dir or tmp_path_factory.mktemp("state"),
+                                 model="scripted", backend="scripted", docs=[str(REPO / "corpus")], **over)
+        svc = AssistantService(settings, chat_model=ScriptedChatModel(script))
+        if load:
+            svc.load(warm=True)
+        return svc
+
+    return make

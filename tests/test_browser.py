@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_api import ServerProcess
+from httpkit import ServerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -27,7 +27,8 @@ def ui_server(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium missing: apt-get install -y chromium fonts-wqy-zenhei")
     state = tmp_path_factory.mktemp("ui-state")
-    srv = ServerProcess(corpus_index, state, state / "server.log", max_answer_tokens=120)
+    srv = ServerProcess(corpus_index, state, state / "server.log", ASSISTANT_MODEL="fast",
+                        ASSISTANT_MAX_ANSWER_TOKENS="120")
     srv.start()
     yield srv
     srv.stop()

@@ -6,17 +6,22 @@ fails only when chosen, with a message that says what to install.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from assistant.errors import UserError
 from assistant.llm.base import ChatModel, ModelError
 from assistant.llm.models import PACKAGED, model_status, prepare_model
+from assistant.settings import Backend
 
-BACKENDS = ("llama", "transformers", "openai")
+BACKENDS: tuple[str, ...] = get_args(Backend)
 
 
 def create_chat_model(settings: Any) -> ChatModel:
-    """Build the ChatModel for settings.backend: "llama" (default), "transformers" or "openai".
+    """Build the ChatModel for settings.backend: "llama" (default), "transformers", "openai", or "scripted".
+
+    "scripted" is a test and plumbing backend, not a model: it loads no weights and answers by quoting the
+    first sources of its prompt with their [n] (assistant/llm/scripted.py), so a real server can run the
+    whole pipeline (SSE, sessions, citation check) in seconds. Tests of answer behaviour need a real model.
 
     Raises UserError for a configuration mistake (unknown backend, no remote URL) and ModelError
     when the model itself cannot be prepared or loaded; both messages say what to do.
@@ -31,6 +36,10 @@ def create_chat_model(settings: Any) -> ChatModel:
         return TransformersChatModel(path, n_threads=settings.threads, seed=settings.seed, name=str(settings.model))
     if backend == "openai":
         return _openai(settings)
+    if backend == "scripted":
+        from assistant.llm.scripted import ScriptedChatModel, quote_sources
+
+        return ScriptedChatModel(quote_sources)
     raise UserError(
         "unknown_backend",
         f"Unknown generation backend {backend!r}: choose one of {', '.join(BACKENDS)}.",

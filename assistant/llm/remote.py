@@ -101,10 +101,12 @@ class OpenAIChatModel(ChatModel):
         extra = {"ttft_s": (first or end) - started, "total_s": end - started}
         if usage is not None:
             return Usage(usage.prompt_tokens, usage.completion_tokens, extra)
-        # no usage from the server: estimate (marked, so nobody mistakes it for a count)
+        # no usage from the server: estimate (marked, so nobody mistakes it for a count). Servers stream one
+        # chunk per generated token (llama.cpp server, vLLM, Ollama), so the chunks are the completion's count;
+        # a text estimate could exceed max_tokens
         extra["estimated"] = 1.0
         prompt = sum(rough_tokens(m["content"]) for m in messages)
-        return Usage(prompt, rough_tokens("".join(pieces)), extra)
+        return Usage(prompt, len(pieces), extra)
 
     def _error(self, exc: Exception) -> ModelError:
         openai = self._openai

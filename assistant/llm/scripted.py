@@ -3,6 +3,8 @@
 It is a real implementation of the interface (stop sequences, max_tokens, usage), so tests of other
 layers (service events, SSE framing, UI streaming) can run without loading weights. It knows nothing:
 tests of answer *behaviour* (grounding, language, citations, refusals) must use a real model.
+`quote_sources` is the script of the "scripted" backend (assistant/llm/factory.py): it copies the
+prompt's first numbered sources with their [n], so the citation check finds them supported.
 """
 from __future__ import annotations
 
@@ -10,11 +12,24 @@ import re
 from collections.abc import Callable, Iterator
 
 from assistant.llm.base import ChatModel, Message, Usage
-from assistant.text import HAN, rough_tokens
+from assistant.lang import detect_language
+from assistant.text import HAN, rough_tokens, split_sentences
 
 # a word with its trailing spaces; each CJK character on its own (Chinese has no spaces between words)
 _WORD = re.compile(f"[{HAN}]\\s*|[^\\s{HAN}]+\\s*|\\s+")
 Script = str | list[str] | Callable[[list[Message]], str]
+_SOURCE = re.compile(r"^\[(\d+)\] (.+)$", re.MULTILINE)  # one numbered source per line (answer/prompt.py)
+
+
+def quote_sources(messages: list[Message], count: int = 2) -> str:
+    """The first sentence of each of the first `count` sources in the last user message, each cited [n];
+    the user message itself when it holds no numbered sources."""
+    user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    parts = []
+    for n, text in _SOURCE.findall(user)[:count]:
+        sentence = split_sentences(text)[0].rstrip(" .。!！?？；;")
+        parts.append(f"{sentence} [{n}]{'。' if detect_language(sentence) == 'zh' else '.'}")
+    return " ".join(parts) or user
 
 
 class ScriptedChatModel(ChatModel):
