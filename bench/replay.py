@@ -2,7 +2,7 @@
 
 Every gold question (follow-ups in their sessions) goes through the real service: follow-up rewrite, retrieval,
 refusal policy, evidence, prompt, citation check. The model is ScriptedChatModel answering with the first
-sentence of each of the first three sources (scripted.quote_sources), cited [1]..[3], plus one uncited and one mis-cited sentence, so
+sentence of each of the first three sources, cited [1]..[3], plus one uncited and one mis-cited sentence, so
 the check has work to do. Each case prints one JSON line: a digest of every prompt, the checked answer, its
 citations (chunk, lines, support), refused, and the Advisor's ranking for the Advisor set.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,19 +27,28 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from assistant.evaluate.dataset import load_set  # noqa: E402
-from assistant.llm.scripted import _SOURCE, ScriptedChatModel, quote_sources  # noqa: E402
+from assistant.llm.scripted import ScriptedChatModel  # noqa: E402
 from assistant.service import AssistantService  # noqa: E402
 from assistant.settings import load_settings  # noqa: E402
 
 SETS = ["gold_fact", "gold_recommend", "gold_followup", "gold_out_of_scope", "gold_adversarial", "advisor"]
+_SOURCE = re.compile(r"^\[(\d+)\] (.+)$", re.M)  # format_source: "[n] text" on one line
 
 
 def scripted_answer(messages: list[dict[str, str]]) -> str:
-    """Cite the first sentence of sources 1-3 correctly, then add an uncited and a mis-cited sentence."""
-    cited = quote_sources(messages, count=3)
-    first = _SOURCE.search(messages[-1]["content"])
-    wrong = f" The moon is made of green cheese [{first.group(1)}]." if first else ""
-    return cited + " This sentence has no citation." + wrong
+    """Cite the first sentence of sources 1-3 correctly, then add an uncited and a mis-cited sentence.
+    Self-contained on purpose (not scripted.quote_sources): it must run unchanged on older commits."""
+    prompt = messages[-1]["content"]
+    found = _SOURCE.findall(prompt)
+    out = []
+    for n, body in found[:3]:
+        first = re.split(r"(?<=[。！？.!?])\s*", body.strip())[0].strip()
+        if first:
+            out.append(f"{first} [{n}]")
+    out.append("This sentence has no citation.")
+    if found:
+        out.append(f"The moon is made of green cheese [{found[0][0]}].")
+    return " ".join(out)
 
 
 class Recording(ScriptedChatModel):

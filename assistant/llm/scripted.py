@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from assistant.llm.base import ChatModel, Message, Usage
 from assistant.lang import detect_language
+from assistant.llm.base import ChatModel, Message, Usage
 from assistant.text import HAN, rough_tokens, split_sentences
 
 # a word with its trailing spaces; each CJK character on its own (Chinese has no spaces between words)
