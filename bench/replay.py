@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from assistant.evaluate.dataset import load_set  # noqa: E402
+from assistant.evaluate.runner import ask_case  # noqa: E402
 from assistant.llm.scripted import ScriptedChatModel  # noqa: E402
 from assistant.service import AssistantService  # noqa: E402
 from assistant.settings import load_settings  # noqa: E402
@@ -73,12 +74,7 @@ def main() -> int:
         gold = load_set(REPO / "eval" / f"{name}.jsonl")
         for case in gold.cases:
             before = len(model.calls)
-            sid = None
-            answer = None
-            for turn in case.turns:
-                answer = svc.ask(turn, session_id=sid)
-                sid = answer.session_id
-            assert answer is not None
+            answer = ask_case(svc, case)
             prompts = [hashlib.sha256(json.dumps(m, ensure_ascii=False).encode()).hexdigest()[:16]
                        for m in model.calls[before:]]
             lines.append({"id": case.id, "prompts": prompts, "standalone": answer.standalone_question,

@@ -69,3 +69,17 @@ def scripted_service(corpus_index: Path, tmp_path_factory: pytest.TempPathFactor
         return svc
 
     return make
+
+
+@pytest.fixture(scope="session")
+def fast_server(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One real `assistant serve` with the 0.5B model on a free loopback port, shared by the modules that are
+    about the real server (test_serve.py, test_browser.py); stopped by its PID at the end of the session."""
+    from httpkit import ServerProcess
+
+    state = tmp_path_factory.mktemp("serve-state")
+    srv = ServerProcess(corpus_index, state, state / "server.log", ASSISTANT_MODEL="fast",
+                        ASSISTANT_MAX_ANSWER_TOKENS="120")
+    srv.start()
+    yield srv
+    srv.stop()

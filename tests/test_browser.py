@@ -23,15 +23,10 @@ QUESTION = "DeepSpeed 的 ZeRO 是什么？"
 
 
 @pytest.fixture(scope="module")
-def ui_server(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def ui_server(fast_server: ServerProcess) -> ServerProcess:
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium missing: apt-get install -y chromium fonts-wqy-zenhei")
-    state = tmp_path_factory.mktemp("ui-state")
-    srv = ServerProcess(corpus_index, state, state / "server.log", ASSISTANT_MODEL="fast",
-                        ASSISTANT_MAX_ANSWER_TOKENS="120")
-    srv.start()
-    yield srv
-    srv.stop()
+    return fast_server
 
 
 @pytest.fixture()

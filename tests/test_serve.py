@@ -5,7 +5,6 @@ Every other route and error shape is tested in process (test_api.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -13,13 +12,8 @@ from httpkit import ServerProcess, sse_events
 
 
 @pytest.fixture(scope="module")
-def server(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    state = tmp_path_factory.mktemp("serve-state")
-    srv = ServerProcess(corpus_index, state, state / "server.log", ASSISTANT_MODEL="fast",
-                        ASSISTANT_MAX_ANSWER_TOKENS="96")
-    srv.start()
-    yield srv
-    srv.stop()
+def server(fast_server: ServerProcess) -> ServerProcess:
+    return fast_server
 
 
 @pytest.fixture()
