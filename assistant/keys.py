@@ -89,7 +89,3 @@ class KeyRing:
             if hmac.compare_digest(candidate, digest.encode()):
                 found = digest
         return owner_id(found) if found is not None else None
-
-    def has_owner(self, owner: str) -> bool:
-        """True when `owner` is the owner id of one of the configured keys (for login sessions' lookups)."""
-        return any(hmac.compare_digest(owner_id(d), owner) for d in self._digests)

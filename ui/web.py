@@ -151,7 +151,7 @@ class ChatHandlers:
         return owner
 
     def respond(self, question: str, history: list[dict[str, Any]], session_id: str, lang: str,
-                request: gr.Request) -> Iterator[tuple]:
+                request: gr.Request | None = None) -> Iterator[tuple]:
         t = TEXT[lang]
         history = list(history or [])
         if not (question or "").strip():
