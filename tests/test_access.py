@@ -120,6 +120,9 @@ def test_a_right_key_opens_every_route(client: TestClient) -> None:
             assert r.status_code == 200, (path, r.status_code)
         r = client.post("/api/search", json={"query": "ZeRO", "k": 2}, headers=bearer(key))
         assert r.status_code == 200 and len(r.json()["results"]) == 2
+    spec = client.get("/openapi.json", headers=bearer(KEY_A)).json()  # /docs can send the key
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert spec["paths"]["/api/ask"]["post"]["security"] == [{"HTTPBearer": []}]
 
 
 def test_browser_login_cookie_and_logout(client: TestClient, seen: Seen, caplog: pytest.LogCaptureFixture) -> None:

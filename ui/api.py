@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
@@ -18,7 +18,7 @@ from assistant.errors import UserError
 from assistant.sessions import unknown_session
 from assistant.types import Event
 
-from .auth import OwnerDep
+from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import (
     AdviseRequest,
@@ -31,7 +31,7 @@ from .schemas import (
 )
 from .streaming import open_stream
 
-router = APIRouter(prefix="/api", tags=["assistant"], responses={
+router = APIRouter(prefix="/api", tags=["assistant"], dependencies=[Depends(bearer_scheme)], responses={
     413: {"model": ErrorResponse, "description": "Body or question too long"},
     422: {"model": ErrorResponse, "description": "Invalid request"},
     503: {"model": ErrorResponse, "description": "Model loading or queue full"},

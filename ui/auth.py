@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.security import HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from assistant.errors import UserError
@@ -36,6 +37,8 @@ COOKIE = "fa_session"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/logout"})
 API_PREFIXES = ("/api", "/v1", "/metrics", "/openapi.json")
 _MAX_LOGINS = 10_000
+# documents the scheme in the OpenAPI (so /docs can send the key); the middleware does the checking
+bearer_scheme = HTTPBearer(auto_error=False, description="One of the server's API keys (when it has any)")
 
 
 def host_name(host: str) -> str:

@@ -17,19 +17,19 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
 from assistant.types import Answer, Citation
 
-from .auth import OwnerDep
+from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import ChatCompletionRequest, ErrorResponse
 from .streaming import open_stream
 
-router = APIRouter(prefix="/v1", tags=["openai-compatible"], responses={
+router = APIRouter(prefix="/v1", tags=["openai-compatible"], dependencies=[Depends(bearer_scheme)], responses={
     413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
 
 
