@@ -176,17 +176,22 @@ class AssistantService:
 
     # ---- answers ------------------------------------------------------------------------------
     def ask(self, question: str, session_id: str | None = None, filters: Filters | Mapping[str, Any] | None = None,
-            ticket: Ticket | None = None) -> Answer:
+            ticket: Ticket | None = None, *, owner: str | None = None) -> Answer:
         answer: Answer | None = None
-        for ev in self.ask_stream(question, session_id, filters, ticket):
+        for ev in self.ask_stream(question, session_id, filters, ticket, owner=owner):
             if ev.kind == "done":
                 answer = ev.data
         assert answer is not None
         return answer
 
     def ask_stream(self, question: str, session_id: str | None = None,
-                   filters: Filters | Mapping[str, Any] | None = None, ticket: Ticket | None = None) -> Iterator[Event]:
+                   filters: Filters | Mapping[str, Any] | None = None, ticket: Ticket | None = None, *,
+                   owner: str | None = None) -> Iterator[Event]:
         """Events: sources, token..., citations, done (see docs/architecture.md).
+
+        `session_id`: None starts a new session owned by `owner`; otherwise it must be one the store issued to
+        `owner` (assistant/sessions.py), else a 404 UserError before anything runs. `owner` is the caller's key
+        (its owner id) or None for the keyless local user: the HTTP, UI and CLI adapters all pass it.
 
         `ticket`: a place in the generation queue taken when the request arrived (the HTTP routes take it on
         the event loop, in arrival order); without one, the place is taken now. It is given back when the
@@ -195,16 +200,16 @@ class AssistantService:
         t0 = time.perf_counter()
         try:
             question = self._check_text(question, "question")
+            sid = self.sessions.ensure(session_id, owner)
             ticket = ticket or self.queue.reserve()
-            yield from self._answer_events(question, session_id, filters, ticket, t0)
+            yield from self._answer_events(question, sid, filters, ticket, t0)
         finally:
             if ticket is not None:
                 self.queue.cancel(ticket)  # no-op once the turn was used
 
-    def _answer_events(self, question: str, session_id: str | None, filters: Filters | Mapping[str, Any] | None,
+    def _answer_events(self, question: str, sid: str, filters: Filters | Mapping[str, Any] | None,
                        ticket: Ticket, t0: float) -> Iterator[Event]:
         lang = detect_language(question)
-        sid = self.sessions.ensure(session_id)
         history = self.sessions.history(sid, self.settings.history_token_budget)
         standalone = rewrite_followup(strip_injection(question) or question, history)
         t_translate = time.perf_counter()
@@ -261,18 +266,20 @@ class AssistantService:
              "standalone_question": answer.standalone_question})
 
     # ---- sessions and feedback ----------------------------------------------------------------
-    def get_session(self, session_id: str) -> dict[str, Any] | None:
-        return self.sessions.get(session_id)
+    # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404
+    def get_session(self, session_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
+        return self.sessions.get(session_id, owner)
 
-    def delete_session(self, session_id: str) -> bool:
-        return self.sessions.delete(session_id)
+    def delete_session(self, session_id: str, *, owner: str | None = None) -> bool:
+        return self.sessions.delete(session_id, owner)
 
-    def feedback(self, session_id: str, message_id: str, rating: str, comment: str = "") -> None:
+    def feedback(self, session_id: str, message_id: str, rating: str, comment: str = "", *,
+                 owner: str | None = None) -> None:
         if rating not in ("up", "down"):
             raise UserError("bad_rating", "rating must be 'up' or 'down'.", "rating 只能是 up 或 down。", 422)
         if len(comment) > 2000:
             raise UserError("too_long", "The comment is too long (max 2000 characters).", "评论过长（最多 2000 字）。", 413)
-        if not self.sessions.has_message(session_id, message_id):
+        if not self.sessions.has_message(session_id, message_id, owner):
             raise UserError("not_found", "No such message in this session.", "该会话中没有这条消息。", 404)
         self.sessions.add_feedback(session_id, message_id, rating, comment)
 

@@ -1,18 +1,28 @@
-"""Sessions, messages and feedback in SQLite (survive a restart). History is bounded by tokens."""
+"""Sessions, messages and feedback in SQLite (survive a restart). History is bounded by tokens.
+
+Owns who may see a session. Only the store issues ids (128-bit random, 32 hex digits; rows from before
+carry 16); an id it never issued names nothing. Each session row has an `owner`: the owner id of the API key
+that created it (assistant/keys.py), or NULL when the server has no keys (the single local user). Every read
+and write takes `owner`: a key sees only its own sessions; `owner=None` (no keys: one local user, loopback
+only, or the CLI on its own files) sees all. Files from before the owner column are migrated on open; their
+sessions have no owner, so no key can see them.
+"""
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import sqlite3
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
+from .errors import UserError
 from .text import rough_tokens
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL, owner TEXT);
 CREATE TABLE IF NOT EXISTS messages (
     id TEXT PRIMARY KEY, session_id TEXT NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL,
     extra TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL);
@@ -23,8 +33,25 @@ CREATE TABLE IF NOT EXISTS feedback (
 """
 
 
+ID_PATTERN = r"^[0-9a-f]{16}([0-9a-f]{16})?$"  # 32 hex digits; 16 in files from before
+_ID = re.compile(ID_PATTERN)
+# the owner matches, or the caller is the keyless local user (owner NULL), who sees every session
+_MINE = "(? IS NULL OR owner = ?)"
+
+
 def new_id() -> str:
-    return uuid.uuid4().hex[:16]
+    """A session or message id: 128 random bits as 32 hex digits."""
+    return secrets.token_hex(16)
+
+
+def valid_id(value: object) -> bool:
+    return isinstance(value, str) and _ID.match(value) is not None
+
+
+def unknown_session() -> UserError:
+    return UserError("not_found", "Unknown session: start a new one (omit session_id) or use an id this server "
+                     "returned (32 hex digits).", "未找到该会话：请开始新会话（不传 session_id），或使用本服务返回的会话 id"
+                     "（32 位十六进制）。", 404)
 
 
 class SessionStore:
@@ -32,14 +59,35 @@ class SessionStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False)
         self._db.executescript(_SCHEMA)
+        self._migrate()
         self._lock = threading.Lock()
 
-    def ensure(self, session_id: str | None) -> str:
-        sid = session_id or new_id()
-        now = time.time()
-        with self._lock, self._db:
-            self._db.execute("INSERT OR IGNORE INTO sessions (id, created, updated) VALUES (?, ?, ?)", (sid, now, now))
-        return sid
+    def _migrate(self) -> None:
+        """Files from before sessions had owners get the column (NULL: the keyless local user's)."""
+        cols = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+        if "owner" not in cols:
+            with self._db:
+                self._db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT")
+
+    def ensure(self, session_id: str | None, owner: str | None = None) -> str:
+        """A new session for `owner` (session_id None), or `session_id` when it exists and is the owner's;
+        anything else is a 404 UserError (a client never chooses an id)."""
+        if session_id is None:
+            sid, now = new_id(), time.time()
+            with self._lock, self._db:
+                self._db.execute("INSERT INTO sessions (id, created, updated, owner) VALUES (?, ?, ?, ?)",
+                                 (sid, now, now, owner))
+            return sid
+        if not self.exists(session_id, owner):
+            raise unknown_session()
+        return session_id
+
+    def exists(self, session_id: str, owner: str | None = None) -> bool:
+        if not valid_id(session_id):
+            return False
+        with self._lock:
+            return self._db.execute(f"SELECT 1 FROM sessions WHERE id = ? AND {_MINE}",
+                                    (session_id, owner, owner)).fetchone() is not None
 
     def add_message(self, session_id: str, role: str, content: str, extra: dict[str, Any] | None = None) -> str:
         mid = new_id()
@@ -68,9 +116,12 @@ class SessionStore:
             out.append({"role": role, "content": content})
         return out[::-1]
 
-    def get(self, session_id: str) -> dict[str, Any] | None:
+    def get(self, session_id: str, owner: str | None = None) -> dict[str, Any] | None:
+        if not valid_id(session_id):
+            return None
         with self._lock:
-            s = self._db.execute("SELECT id, created, updated FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            s = self._db.execute(f"SELECT id, created, updated FROM sessions WHERE id = ? AND {_MINE}",
+                                 (session_id, owner, owner)).fetchone()
             if not s:
                 return None
             msgs = self._db.execute(
@@ -87,17 +138,25 @@ class SessionStore:
             "feedback": [{"message_id": f[0], "rating": f[1], "comment": f[2], "created": f[3]} for f in fb],
         }
 
-    def delete(self, session_id: str) -> bool:
+    def delete(self, session_id: str, owner: str | None = None) -> bool:
+        if not valid_id(session_id):
+            return False
         with self._lock, self._db:
-            n = self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
+            n = self._db.execute(f"DELETE FROM sessions WHERE id = ? AND {_MINE}", (session_id, owner, owner)).rowcount
+            if n == 0:
+                return False
             self._db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             self._db.execute("DELETE FROM feedback WHERE session_id = ?", (session_id,))
         return n > 0
 
-    def has_message(self, session_id: str, message_id: str) -> bool:
+    def has_message(self, session_id: str, message_id: str, owner: str | None = None) -> bool:
+        """True when the message is in the session and the session is the owner's."""
+        if not (valid_id(session_id) and valid_id(message_id)):
+            return False
         with self._lock:
             return self._db.execute(
-                "SELECT 1 FROM messages WHERE id = ? AND session_id = ?", (message_id, session_id)
+                "SELECT 1 FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id = ? AND m.session_id = ?"
+                " AND (? IS NULL OR s.owner = ?)", (message_id, session_id, owner, owner)
             ).fetchone() is not None
 
     def add_feedback(self, session_id: str, message_id: str, rating: str, comment: str = "") -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from .keys import hash_keys
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # generation engines (assistant/llm/factory.py builds them); "scripted" is the plumbing-test engine
@@ -101,11 +103,34 @@ class Settings(BaseSettings):
     max_body_bytes: int = 64_000
     max_queue: int = 16
 
+    # access (docs: README "Access"; the HTTP side is ui/auth.py, keys are assistant/keys.py)
+    api_keys: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), repr=False, description="API keys, comma-separated (ASSISTANT_API_KEYS); kept only as sha256 "
+        "digests from the moment they are read. None: the server is a single local user's and binds loopback only")
+    api_keys_file: Path | None = Field(default=None, description="A file of API keys, one a line (hashed as read)")
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1", "localhost", "[::1]"],
+        description="Host header names the server answers (any port), comma-separated; others get 421. "
+        "Stops DNS-rebinding pages from reaching a loopback server. '*' allows any host")
+    login_ttl_s: float = Field(default=12 * 3600, gt=0, description="Lifetime of a browser login (its cookie)")
+
     @field_validator("docs", mode="before")
     @classmethod
     def _split_docs(cls, v: Any) -> Any:
         if isinstance(v, str):
             return [p for p in v.split(os.pathsep) if p]
+        return v
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _hash_keys(cls, v: Any) -> tuple[str, ...]:
+        return hash_keys(v)
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [h.strip().lower() for h in v.split(",") if h.strip()]
         return v
 
     @classmethod

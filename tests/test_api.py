@@ -139,10 +139,10 @@ def test_malformed_bodies_get_reasons(http: TestClient) -> None:
     assert r.status_code == 422
     r = http.post("/api/feedback", json={"session_id": "a", "message_id": "b", "rating": "meh"})
     assert r.status_code == 422 and "rating" in error_of(r)["message"]
-    r = http.post("/api/feedback", json={"session_id": "a", "message_id": "b", "rating": "up"},
+    r = http.post("/api/feedback", json={"session_id": "0" * 32, "message_id": "1" * 32, "rating": "up"},
                   headers={"accept-language": "zh-CN,zh;q=0.9"})
     assert r.status_code == 404 and error_of(r)["message"] == "该会话中没有这条消息。"
-    r = http.post("/api/feedback", json={"session_id": "a", "message_id": "b", "rating": "up"})
+    r = http.post("/api/feedback", json={"session_id": "0" * 32, "message_id": "1" * 32, "rating": "up"})
     assert r.status_code == 404 and error_of(r)["message"] == "No such message in this session."
     r = http.post("/v1/chat/completions", json={"model": "fast", "messages": []})
     assert r.status_code == 422 and "messages" in error_of(r)["message"]
@@ -168,7 +168,7 @@ def test_unknown_ids_are_404(http: TestClient) -> None:
     for r in (http.get("/api/sessions/no-such-session"), http.delete("/api/sessions/no-such-session"),
               http.get("/api/passages/no-such-chunk"), http.get("/api/no-such-route"), http.get("/v1/nothing")):
         assert r.status_code == 404 and error_of(r)["code"] == "not_found"
-    assert error_of(http.get("/api/sessions/nope", headers={"accept-language": "zh"}))["message"] == "未找到该会话。"
+    assert error_of(http.get("/api/sessions/nope", headers={"accept-language": "zh"}))["message"].startswith("未找到该会话")
 
 
 # ---- answers --------------------------------------------------------------------------------------
@@ -303,20 +303,20 @@ def test_openai_client_cited_answer_footnotes_and_session(http: TestClient) -> N
     from openai import OpenAI
 
     client = OpenAI(base_url="http://testserver/v1", api_key="local-no-key", http_client=http)
-    resp = client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": IN_SCOPE_EN}],
-                                          extra_body={"session_id": "openai-test-1"})
+    resp = client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": IN_SCOPE_EN}])
     content = resp.choices[0].message.content or ""
     extra = resp.model_extra
-    assert extra["session_id"] == "openai-test-1" and resp.usage is not None and resp.usage.completion_tokens > 0
+    sid = extra["session_id"]  # issued by the server; sent back to continue the conversation
+    assert len(sid) == 32 and resp.usage is not None and resp.usage.completion_tokens > 0
     assert extra["citations"] and extra["refused"] is False
     for c in extra["citations"]:  # every structured citation is also a footnote in the text
         assert f"[{c['n']}] {c['title']} - {c['source']}:{c['lines'][0]}-{c['lines'][1]}" in content
     chunks = list(client.chat.completions.create(model="scripted", stream=True, messages=[
-        {"role": "user", "content": IN_SCOPE_EN}], extra_body={"session_id": "openai-test-1"}))
+        {"role": "user", "content": IN_SCOPE_EN}], extra_body={"session_id": sid}))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert chunks[-1].model_extra["citations"] == extra["citations"]
     assert all(f"[{c['n']}] {c['title']}" in streamed for c in extra["citations"])
-    msgs = http.get("/api/sessions/openai-test-1").json()["messages"]
+    msgs = http.get(f"/api/sessions/{sid}").json()["messages"]
     assert [m["role"] for m in msgs] == ["user", "assistant"] * 2
 
 

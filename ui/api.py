@@ -1,5 +1,7 @@
 """Native HTTP API under /api plus the health and metrics routes. Routers only speak HTTP: parse,
-call AssistantService, shape the response. Blocking service calls run in the thread pool."""
+call AssistantService, shape the response. Blocking service calls run in the thread pool. Each call that
+touches a session passes the caller's owner id (ui/auth.py OwnerDep); the service and its session store
+decide, so another key's session is a 404 here as in the UI and the CLI."""
 from __future__ import annotations
 
 import json
@@ -7,14 +9,16 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
+from assistant.sessions import unknown_session
 from assistant.types import Event
 
+from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import (
     AdviseRequest,
@@ -27,7 +31,7 @@ from .schemas import (
 )
 from .streaming import open_stream
 
-router = APIRouter(prefix="/api", tags=["assistant"], responses={
+router = APIRouter(prefix="/api", tags=["assistant"], dependencies=[Depends(bearer_scheme)], responses={
     413: {"model": ErrorResponse, "description": "Body or question too long"},
     422: {"model": ErrorResponse, "description": "Invalid request"},
     503: {"model": ErrorResponse, "description": "Model loading or queue full"},
@@ -59,16 +63,19 @@ async def _sse(events: AsyncIterator[Event], on_event: Callable[[str], None]) ->
 
 
 @router.post("/ask", summary="Ask a question; a cited answer (JSON, or SSE with stream=true)")
-async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metrics: MetricsDep) -> Any:
+async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metrics: MetricsDep,
+              owner: OwnerDep) -> Any:
     lang = request_lang(request, body.question)
     request.state.lang = lang
     filters = body.filters.to_filters() if body.filters else None
     if body.stream:
         on_event = metrics.stream_observer(time.perf_counter())
         ticket = service.queue.reserve()  # on the event loop: the queue order is the arrival order
-        events = await open_stream(service.ask_stream(body.question, body.session_id, filters, ticket), lang)
+        events = await open_stream(service.ask_stream(body.question, body.session_id, filters, ticket, owner=owner),
+                                   lang)
         return EventSourceResponse(_sse(events, on_event), ping=15)
-    answer = await run_in_threadpool(service.ask, body.question, body.session_id, filters, service.queue.reserve())
+    ticket = service.queue.reserve()
+    answer = await run_in_threadpool(lambda: service.ask(body.question, body.session_id, filters, ticket, owner=owner))
     metrics.observe_answer(answer.timings)
     return answer.to_dict()
 
@@ -101,23 +108,24 @@ async def passage(chunk_id: str, service: ReadyServiceDep) -> dict[str, Any]:
 
 
 @router.get("/sessions/{session_id}", summary="A session's messages (with citations) and feedback")
-async def get_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
-    data = await run_in_threadpool(service.get_session, session_id)
+async def get_session(session_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
+    data = await run_in_threadpool(service.get_session, session_id, owner=owner)
     if data is None:
-        raise _not_found("session", "会话")
+        raise unknown_session()
     return data
 
 
 @router.delete("/sessions/{session_id}", summary="Delete a session, its messages and feedback")
-async def delete_session(session_id: str, service: ServiceDep) -> dict[str, Any]:
-    if not await run_in_threadpool(service.delete_session, session_id):
-        raise _not_found("session", "会话")
+async def delete_session(session_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
+    if not await run_in_threadpool(service.delete_session, session_id, owner=owner):
+        raise unknown_session()
     return {"deleted": session_id}
 
 
 @router.post("/feedback", summary="Rate an answer (up or down) with an optional comment")
-async def feedback(body: FeedbackRequest, service: ServiceDep) -> dict[str, Any]:
-    await run_in_threadpool(service.feedback, body.session_id, body.message_id, body.rating, body.comment)
+async def feedback(body: FeedbackRequest, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
+    await run_in_threadpool(service.feedback, body.session_id, body.message_id, body.rating, body.comment,
+                            owner=owner)
     return {"ok": True}
 
 

@@ -1,15 +1,21 @@
-"""FastAPI dependencies shared by the routers: the service, a readiness gate, and the user's language."""
+"""FastAPI dependencies shared by the routers: the service, a readiness gate, the user's language, and the
+JSON error shape {"error": {"code", "message"}} every refusal uses."""
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
 
 from assistant.errors import UserError
 from assistant.lang import detect_language
 from assistant.service import AssistantService
 
 from .metrics import Metrics
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 def request_lang(request: Request, text: str | None = None) -> str:

@@ -1,10 +1,13 @@
 """OpenAI-compatible routes under /v1: chat completions (plain and streamed) and the model list.
 
-The last user message is the question; `session_id` (or else `user`) names a session so follow-ups work.
-Citations are appended to the content as numbered footnotes and returned as a structured `citations` field
-(on the response, or on the final chunk when streaming). Earlier messages in `messages` are not replayed:
-history comes from the session. Sampling fields (temperature, max_tokens, ...) are ignored. No API key is
-checked: the server binds loopback by default; put a proxy with auth in front before exposing it.
+The last user message is the question. Every completion returns the `session_id` the server issued for it
+(on the response, or on the final chunk when streaming); a client continues that conversation by sending it
+back in the `session_id` extension field (`extra_body={"session_id": ...}` with the openai client). Only the
+key that created a session may continue it; an id the server never issued is a 404. The OpenAI `user` field
+is accepted and ignored: it is not a session id. Citations are appended to the content as numbered footnotes
+and returned as a structured `citations` field. Earlier messages in `messages` are not replayed: history
+comes from the session. Sampling fields (temperature, max_tokens, ...) are ignored. With keys configured the
+openai client's `api_key` is the Bearer key (ui/auth.py).
 """
 from __future__ import annotations
 
@@ -14,18 +17,19 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
 from assistant.types import Answer, Citation
 
+from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import ChatCompletionRequest, ErrorResponse
 from .streaming import open_stream
 
-router = APIRouter(prefix="/v1", tags=["openai-compatible"], responses={
+router = APIRouter(prefix="/v1", tags=["openai-compatible"], dependencies=[Depends(bearer_scheme)], responses={
     413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
 
 
@@ -79,17 +83,19 @@ async def _stream(events: AsyncIterator[Any], model: str, on_event: Callable[[st
 
 @router.post("/chat/completions", summary="OpenAI-style chat completion with cited answers")
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ReadyServiceDep,
-                           metrics: MetricsDep) -> Any:
+                           metrics: MetricsDep, owner: OwnerDep) -> Any:
     question = _question(body)
     lang = request_lang(request, question)
     request.state.lang = lang
-    session = body.session_id or body.user
+    session = body.session_id
     model = body.model or service.settings.model
     if body.stream:
         on_event = metrics.stream_observer(time.perf_counter())
-        events = await open_stream(service.ask_stream(question, session, None, service.queue.reserve()), lang)
+        events = await open_stream(service.ask_stream(question, session, None, service.queue.reserve(), owner=owner),
+                                   lang)
         return EventSourceResponse(_stream(events, model, on_event), ping=15)
-    answer = await run_in_threadpool(service.ask, question, session, None, service.queue.reserve())
+    ticket = service.queue.reserve()
+    answer = await run_in_threadpool(lambda: service.ask(question, session, None, ticket, owner=owner))
     metrics.observe_answer(answer.timings)
     return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
             "model": model, "usage": _usage(answer), **_extras(answer),

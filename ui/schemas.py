@@ -8,9 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from assistant.filters import Filters
+from assistant.sessions import ID_PATTERN
 
-SessionId = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$",
-                  description="Session id from a previous answer; omit to start a new session.")
+SessionId = Field(default=None, pattern=ID_PATTERN, description="The session_id of a previous answer (32 hex "
+                  "digits, issued by the server to this key); omit to start a new session.")
 
 
 class FiltersBody(BaseModel):
@@ -47,10 +48,11 @@ class SearchRequest(BaseModel):
 
 class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"session_id": "3f2a9c0d1e2b4a5c", "message_id": "9b8c7d6e5f4a3b2c", "rating": "up", "comment": "clear"},
+        {"session_id": "3f2a9c0d1e2b4a5c6d7e8f9012345678", "message_id": "9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e",
+         "rating": "up", "comment": "clear"},
     ]})
-    session_id: str = Field(max_length=128)
-    message_id: str = Field(max_length=128)
+    session_id: str = Field(pattern=ID_PATTERN, description="The answer's session_id")
+    message_id: str = Field(pattern=ID_PATTERN, description="The answer's message_id")
     rating: Literal["up", "down"]
     comment: str = Field(default="", max_length=2000)
 
@@ -115,14 +117,16 @@ class ChatCompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
         {"model": "fast", "messages": [{"role": "user", "content": "飞桨适合什么场景？"}]},
-        {"model": "fast", "stream": True, "session_id": "demo-1",
+        {"model": "fast", "stream": True, "session_id": "3f2a9c0d1e2b4a5c6d7e8f9012345678",
          "messages": [{"role": "user", "content": "Which framework suits a small research team?"}]},
     ]})
     model: str = Field(default="", max_length=200)
     messages: list[ChatMessage] = Field(min_length=1, max_length=100)
     stream: bool = False
-    session_id: str | None = SessionId
-    user: str | None = Field(default=None, max_length=128, description="Used as the session id when session_id is absent")
+    session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Extension: the session_id of a "
+                                   "previous completion (returned on it), to continue that conversation; omit to "
+                                   "start a new one")
+    user: str | None = Field(default=None, max_length=128, description="Accepted and ignored (not a session id)")
 
 
 class AdviseRequest(BaseModel):

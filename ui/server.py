@@ -1,11 +1,14 @@
 """The one ASGI app: FastAPI with the native API (/api), the OpenAI-compatible API (/v1), health and metrics,
 OpenAPI docs (/docs) and the Gradio UI mounted at /. Owns start-up (the model loads once, in a thread, so
 /healthz answers meanwhile), the request-body limit and the JSON error shape {"error": {"code", "message"}}
-in the user's language. `serve()` runs the engine self-check (assistant/llm/selfcheck.py) first, then the app
-under uvicorn, bound to loopback unless told otherwise."""
+in the user's language. Access (Host allow-list, API keys, the browser login) is ui/auth.py, the outermost
+middleware. `serve()` refuses a non-loopback address without keys, runs the engine self-check
+(assistant/llm/selfcheck.py), then the app under uvicorn, bound to loopback unless told otherwise."""
 from __future__ import annotations
 
+import ipaddress
 import logging
+import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,16 +24,13 @@ from assistant.llm.base import ModelError
 from assistant.service import AssistantService
 from assistant.settings import Settings
 
-from . import api, openai_compat
-from .deps import request_lang
+from . import api, auth, openai_compat
+from .auth import Access, AccessMiddleware
+from .deps import error_response, request_lang
 from .metrics import Metrics, MetricsMiddleware
 
 log = logging.getLogger("ui.server")
-LIMITED_PREFIXES = ("/api", "/v1")
-
-
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+LIMITED_PREFIXES = ("/api", "/v1", "/login")
 
 
 class BodyLimitMiddleware:
@@ -146,8 +146,11 @@ def _load_in_background(app: FastAPI, service: AssistantService) -> threading.Th
     return thread
 
 
-def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = True) -> FastAPI:
-    """The app around one service. `load=False` skips start-up loading (the caller has loaded it)."""
+def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = True,
+               access: Access | None = None) -> FastAPI:
+    """The app around one service. `load=False` skips start-up loading (the caller has loaded it).
+    `access`: keys and allowed hosts, by default from the service's settings."""
+    access = access or Access.from_settings(service.settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -159,8 +162,11 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     app = FastAPI(title="Framework Advisor (框架选型助手) API", version="1.0", lifespan=lifespan,
                   description="Cited answers about AI training frameworks from local documents. Native API under "
                   "/api (SSE streaming with stream=true), OpenAI-compatible API under /v1, chat UI at /. "
-                  "No API key is required: the server binds 127.0.0.1 by default.")
+                  "With API keys configured (ASSISTANT_API_KEYS) every route but /healthz and /readyz needs "
+                  "`Authorization: Bearer KEY` (or the browser's /login cookie); without keys the server is one "
+                  "local user's and binds loopback only.")
     app.state.service = service
+    app.state.access = access
     app.state.load_error = None
     # start loading now, not when uvicorn starts: the model and index load while the UI's imports
     # (~5 s for Gradio) run, which is most of the time to /readyz
@@ -168,7 +174,9 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     app.state.metrics = Metrics(service)
     app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(AccessMiddleware, access=access)  # added last: runs first
     _install_error_handlers(app)
+    app.include_router(auth.router)
     app.include_router(api.health)
     app.include_router(api.router)
     app.include_router(openai_compat.router)
@@ -179,20 +187,38 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     return app
 
 
+def is_loopback(host: str) -> bool:
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = host or settings.host
     port = port or settings.port
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("binding %s: the API has no authentication; put an authenticating proxy in front", host)
+    access = Access.from_settings(settings)  # a missing keys file is a UserError here, before anything loads
+    if not is_loopback(host) and not access.enabled:
+        print(f"refusing to serve on {host}: without API keys the server is one local user's and binds loopback "
+              "only. Set ASSISTANT_API_KEYS (comma-separated) or ASSISTANT_API_KEYS_FILE, or bind 127.0.0.1.\n"
+              f"拒绝在 {host} 上提供服务：未配置 API 密钥时，服务只供本机单个用户使用，只能绑定回环地址。"
+              "请设置 ASSISTANT_API_KEYS（逗号分隔）或 ASSISTANT_API_KEYS_FILE，或绑定 127.0.0.1。", file=sys.stderr)
+        raise SystemExit(2)
+    if not is_loopback(host) and not access.any_host and access.allowed_hosts <= {"127.0.0.1", "localhost", "[::1]"}:
+        log.warning("binding %s, but only loopback Host names are answered: set ASSISTANT_ALLOWED_HOSTS to the "
+                    "names clients use", host)
+    log.info("access: %s", f"{len(access.keys)} API key(s) required" if access.enabled else "no API keys (local user)")
     # Before anything loads in-process or binds the port: a llama.cpp build that dies on this CPU (SIGILL) dies
     # in a child here, and the ModelError it raises ends start-up with the message and a non-zero exit.
     # Once per (engine build, model file); create_app() itself never runs it (the in-process tests inject models).
     from assistant.llm.selfcheck import check_settings
 
     check_settings(settings, log=log.info)
-    app = create_app(AssistantService(settings))
+    app = create_app(AssistantService(settings), access=access)
     log.info("serving on http://%s:%d (UI /, API /api, OpenAI /v1, docs /docs)", host, port)
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)

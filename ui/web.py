@@ -3,7 +3,8 @@
 Owns: the chat tab (streamed answers, a sources panel that fills as soon as retrieval is done, [n] links that
 open their passage, a status line with timings, new chat, thumbs up/down), the zh/en interface switch, and
 the slot for the Advisor tab (ui/advisor_tab.py, written separately, imported when present).
-Retrieved text and model output are data: both are HTML-escaped before rendering.
+Retrieved text and model output are data: both are HTML-escaped before rendering. Each handler takes the
+Gradio request and asks ui/auth.py who sent it (the login cookie), so a chat's session is its key's, as in the API.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from fastapi import FastAPI
 from assistant.errors import UserError
 from assistant.service import AssistantService
 from assistant.types import Answer, Citation, Hit
+
+from .auth import Access
 
 # ---- Advisor tab slot: ui/advisor_tab.py provides build_advisor_tab(service, lang_state) ------------------
 try:
@@ -133,10 +136,22 @@ def status_done(answer: Answer, lang: str) -> str:
 class ChatHandlers:
     """The UI's event handlers; each is a thin call into the service."""
 
-    def __init__(self, service: AssistantService) -> None:
+    def __init__(self, service: AssistantService, access: Access | None = None) -> None:
         self.service = service
+        self.access = access
 
-    def respond(self, question: str, history: list[dict[str, Any]], session_id: str, lang: str) -> Iterator[tuple]:
+    def owner(self, request: gr.Request | None) -> str | None:
+        """The sender's owner id; a keyed app without a login here (the middleware lets none through) refuses."""
+        if self.access is None or not self.access.enabled:
+            return None
+        headers = {k.lower(): v for k, v in dict(getattr(request, "headers", None) or {}).items()}
+        allowed, owner = self.access.owner_of(headers)
+        if not allowed:
+            raise UserError("unauthorized", "Please sign in again (/login).", "请重新登录（/login）。", 401)
+        return owner
+
+    def respond(self, question: str, history: list[dict[str, Any]], session_id: str, lang: str,
+                request: gr.Request | None = None) -> Iterator[tuple]:
         t = TEXT[lang]
         history = list(history or [])
         if not (question or "").strip():
@@ -151,7 +166,7 @@ class ChatHandlers:
         hits: list[Hit] = []
         raw = ""
         try:
-            for ev in self.service.ask_stream(question, session_id or None):
+            for ev in self.service.ask_stream(question, session_id or None, owner=self.owner(request)):
                 if ev.kind == "sources":
                     hits = ev.data
                     yield history, sources_html(hits, lang), t["generating"], session_id, "", ""
@@ -172,19 +187,19 @@ class ChatHandlers:
             history[-1]["content"] = "⚠ " + t["internal"]
             yield history, gr.skip(), t["error"].format(m=t["internal"]), session_id, gr.skip(), gr.skip()
 
-    def rate(self, rating: str, session_id: str, message_id: str, lang: str) -> str:
+    def rate(self, rating: str, session_id: str, message_id: str, lang: str, request: gr.Request | None = None) -> str:
         t = TEXT[lang]
         if not session_id or not message_id:
             return t["fb_none"]
         try:
-            self.service.feedback(session_id, message_id, rating)
+            self.service.feedback(session_id, message_id, rating, owner=self.owner(request))
         except UserError as exc:
             return t["error"].format(m=exc.message(lang))
         return t["fb_saved"]
 
 
-def build_ui(service: AssistantService) -> gr.Blocks:
-    h = ChatHandlers(service)
+def build_ui(service: AssistantService, access: Access | None = None) -> gr.Blocks:
+    h = ChatHandlers(service, access)
     t = TEXT["zh"]
     with gr.Blocks(title="框架选型助手 · Framework Advisor") as demo:
         lang_state = gr.State("zh")
@@ -194,6 +209,8 @@ def build_ui(service: AssistantService) -> gr.Blocks:
             title = gr.Markdown(t["title"], elem_id="fa-title")
             lang_radio = gr.Radio([("中文", "zh"), ("English", "en")], value="zh", label=t["lang"],
                                   elem_id="fa-lang", scale=0, min_width=220)
+            if access is not None and access.enabled:
+                gr.HTML('<a href="/logout" id="fa-logout">退出登录 / Sign out</a>', elem_id="fa-logout-box")
         with gr.Tabs():
             with gr.Tab(t["chat_tab"], id="chat") as chat_tab, gr.Row():
                 with gr.Column(scale=3):
@@ -225,8 +242,14 @@ def build_ui(service: AssistantService) -> gr.Blocks:
         send.click(h.respond, inputs, outputs, concurrency_limit=4, concurrency_id="chat")
         new_chat.click(lambda lang: ([], "", TEXT[lang]["ready"], "", "", ""), [lang_state],
                        [chatbot, sources, status, session_state, message_state, fb_status])
-        up.click(lambda s, m, lang: h.rate("up", s, m, lang), [session_state, message_state, lang_state], fb_status)
-        down.click(lambda s, m, lang: h.rate("down", s, m, lang), [session_state, message_state, lang_state], fb_status)
+        def rate_up(s: str, m: str, lang: str, request: gr.Request) -> str:
+            return h.rate("up", s, m, lang, request)
+
+        def rate_down(s: str, m: str, lang: str, request: gr.Request) -> str:
+            return h.rate("down", s, m, lang, request)
+
+        up.click(rate_up, [session_state, message_state, lang_state], fb_status)
+        down.click(rate_down, [session_state, message_state, lang_state], fb_status)
 
         def switch(lang: str) -> tuple:
             t = TEXT[lang]
@@ -245,6 +268,6 @@ def build_ui(service: AssistantService) -> gr.Blocks:
 
 def mount_ui(app: FastAPI, service: AssistantService) -> FastAPI:
     theme = gr.themes.Soft(font=["system-ui", "WenQuanYi Zen Hei", "sans-serif"], font_mono=["monospace"])
-    return gr.mount_gradio_app(app, build_ui(service), path="/", css=CSS, head=HEAD, theme=theme,
+    return gr.mount_gradio_app(app, build_ui(service, getattr(app.state, "access", None)), path="/", css=CSS, head=HEAD, theme=theme,
                                footer_links=["api"], server_name=service.settings.host,
                                server_port=service.settings.port)
