@@ -8,15 +8,20 @@ import uuid
 from contextvars import ContextVar
 
 from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = "X-Request-ID"
+SCOPE_KEY = "request_id"
 _VALID = re.compile(r"[A-Za-z0-9._-]{8,64}")
 _current: ContextVar[str] = ContextVar("request_id", default="-")
 
 
-def current_request_id() -> str:
-    """The id of the request being served ("-" outside one)."""
+def current_request_id(request: Request | None = None) -> str:
+    """The id of `request`, else of the request being served in this context ("-" outside one). Exception
+    handlers pass the request: Starlette runs the catch-all one outside the middleware, after its context."""
+    if request is not None and SCOPE_KEY in request.scope:
+        return str(request.scope[SCOPE_KEY])
     return _current.get()
 
 
@@ -30,6 +35,7 @@ class RequestIdMiddleware:
             return
         given = dict(scope.get("headers", [])).get(HEADER.lower().encode(), b"").decode("latin-1")
         rid = given if _VALID.fullmatch(given) else uuid.uuid4().hex
+        scope[SCOPE_KEY] = rid
         token = _current.set(rid)
 
         async def send_with_id(message: Message) -> None:

@@ -24,7 +24,7 @@ from assistant.settings import Settings
 from . import api, openai_compat
 from .deps import request_lang
 from .metrics import Metrics, MetricsMiddleware
-from .requestid import RequestIdMiddleware, current_request_id
+from .requestid import HEADER, RequestIdMiddleware, current_request_id
 
 log = logging.getLogger("ui.server")
 LIMITED_PREFIXES = ("/api", "/v1")
@@ -34,11 +34,12 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def generic_error(status: int, code: str, zh: bool, what_zh: str, what_en: str) -> JSONResponse:
+def generic_error(request: Request, status: int, code: str, what_zh: str, what_en: str) -> JSONResponse:
     """An error whose details stay in the log: a generic message naming the request id the log line carries."""
-    rid = current_request_id()
-    message = f"{what_zh}（请求编号 {rid}）" if zh else f"{what_en} (request id {rid})"
-    return JSONResponse({"error": {"code": code, "message": message, "request_id": rid}}, status_code=status)
+    rid = current_request_id(request)
+    message = f"{what_zh}（请求编号 {rid}）" if request_lang(request) == "zh" else f"{what_en} (request id {rid})"
+    return JSONResponse({"error": {"code": code, "message": message, "request_id": rid}}, status_code=status,
+                        headers={HEADER: rid})  # the catch-all handler answers outside RequestIdMiddleware
 
 
 class BodyLimitMiddleware:
@@ -126,16 +127,16 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ModelError)
     async def model_error(request: Request, exc: ModelError) -> JSONResponse:
-        log.error("model error (request %s) on %s %s: %s", current_request_id(), request.method, request.url.path,
-                  exc)
-        return generic_error(503, "model_error", request_lang(request) == "zh", "模型暂不可用，请稍后重试。",
+        log.error("model error (request %s) on %s %s: %s", current_request_id(request), request.method,
+                  request.url.path, exc)
+        return generic_error(request, 503, "model_error", "模型暂不可用，请稍后重试。",
                              "The model is unavailable; please retry later.")
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error (request %s) on %s %s", current_request_id(), request.method,
+        log.exception("unhandled error (request %s) on %s %s", current_request_id(request), request.method,
                       request.url.path)
-        return generic_error(500, "internal_error", request_lang(request) == "zh", "服务器内部错误，请稍后重试。",
+        return generic_error(request, 500, "internal_error", "服务器内部错误，请稍后重试。",
                              "Internal error; please retry.")
 
 
