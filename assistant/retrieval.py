@@ -60,7 +60,12 @@ class Retriever:
     # ---- public -------------------------------------------------------------------------------
     def search(self, query: str, k: int = 5, filters: Filters | None = None,
                translation: str | None = None) -> list[Hit]:
-        """The k best passages for `query`; `translation` is the query in the other language, when known."""
+        """The k best passages for `query`; `translation` is the query in the other language, when known.
+        The snapshot stays open until the search is done, even if a new generation replaces it meanwhile."""
+        with self.snap.in_use():
+            return self._search(query, k, filters, translation)
+
+    def _search(self, query: str, k: int, filters: Filters | None, translation: str | None) -> list[Hit]:
         filters = filters or Filters()
         fws = find_frameworks(query)
         qvecs = self._query_vectors(query, translation)  # embedded once, shared by every side of a comparison

@@ -46,7 +46,9 @@ class AssistantService:
         self._llm_lock = threading.Lock()  # the model: loading it must not block searches
         self._translator: QueryTranslator | None = None
         self._translator_lock = threading.Lock()
-        self.sessions = SessionStore(Path(self.settings.state_dir) / "assistant.db")
+        self.sessions = SessionStore(Path(self.settings.state_dir) / "assistant.db",
+                                     max_age_days=self.settings.session_max_age_days,
+                                     max_sessions=self.settings.session_max_count)
         self.queue = GenerationQueue(self.settings.max_queue)
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
         self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
@@ -259,9 +261,8 @@ class AssistantService:
         return build_messages(question, self.evidence(question, hits, count_tokens), detect_language(question))
 
     def _remember(self, answer: Answer, reason: str) -> None:
-        self.sessions.add_message(answer.session_id, "user", answer.question)
-        answer.message_id = self.sessions.add_message(
-            answer.session_id, "assistant", answer.answer,
+        answer.message_id = self.sessions.add_turn(
+            answer.session_id, answer.question, answer.answer,
             {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused, "reason": reason,
              "standalone_question": answer.standalone_question})
 

@@ -6,7 +6,10 @@ that created it (assistant/keys.py), or NULL when the server has no keys (the si
 and write takes `owner`: a key sees only its own sessions; `owner=None` (no keys: one local user, loopback
 only, or the CLI on its own files) sees all. Files from before the owner column are migrated on open; their
 sessions have no owner, so no key can see them.
-"""
+
+The database is in WAL mode with full syncs, private (0600 in a 0700 directory), and a turn (the question and
+its answer) is written in one transaction. Sessions older than the retention age, and the oldest beyond the
+retention count, are pruned when the store opens and every PRUNE_EVERY turns."""
 from __future__ import annotations
 
 import json
@@ -19,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .private import private_dir, private_file
 from .text import rough_tokens
+
+PRUNE_EVERY = 50  # turns written between two prunings
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL, owner TEXT);
@@ -55,12 +61,39 @@ def unknown_session() -> UserError:
 
 
 class SessionStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, max_age_days: float = 0, max_sessions: int = 0) -> None:
+        """`max_age_days` / `max_sessions`: retention (0 keeps everything)."""
+        private_dir(path.parent)
+        for suffix in ("", "-wal", "-shm"):  # SQLite gives its side files the database's mode; be sure anyway
+            p = path.with_name(path.name + suffix)
+            if suffix == "" or p.exists():
+                private_file(p)
         self._db = sqlite3.connect(str(path), check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")  # a committed turn survives a power cut, not only a crash
         self._db.executescript(_SCHEMA)
         self._migrate()
         self._lock = threading.Lock()
+        self.max_age_days = max_age_days
+        self.max_sessions = max_sessions
+        self._writes = 0
+        self.prune()
+
+    def prune(self, now: float | None = None) -> int:
+        """Delete the sessions (with their messages and feedback) beyond the retention age or count, least
+        recently updated first; returns how many went."""
+        now = time.time() if now is None else now
+        with self._lock, self._db:
+            doomed: set[str] = set()
+            if self.max_age_days > 0:
+                cutoff = now - self.max_age_days * 86400
+                doomed.update(r[0] for r in self._db.execute("SELECT id FROM sessions WHERE updated < ?", (cutoff,)))
+            if self.max_sessions > 0:
+                doomed.update(r[0] for r in self._db.execute(
+                    "SELECT id FROM sessions ORDER BY updated DESC, id LIMIT -1 OFFSET ?", (self.max_sessions,)))
+            for table, column in (("messages", "session_id"), ("feedback", "session_id"), ("sessions", "id")):
+                self._db.executemany(f"DELETE FROM {table} WHERE {column} = ?", [(i,) for i in doomed])
+        return len(doomed)
 
     def _migrate(self) -> None:
         """Files from before sessions had owners get the column (NULL: the keyless local user's)."""
@@ -89,15 +122,19 @@ class SessionStore:
             return self._db.execute(f"SELECT 1 FROM sessions WHERE id = ? AND {_MINE}",
                                     (session_id, owner, owner)).fetchone() is not None
 
-    def add_message(self, session_id: str, role: str, content: str, extra: dict[str, Any] | None = None) -> str:
-        mid = new_id()
+    def add_turn(self, session_id: str, question: str, answer: str, extra: dict[str, Any] | None = None) -> str:
+        """Write a question and its answer in one transaction (both or neither); returns the answer's id."""
+        qid, mid = new_id(), new_id()
         now = time.time()
+        insert = "INSERT INTO messages (id, session_id, role, content, extra, created) VALUES (?, ?, ?, ?, ?, ?)"
         with self._lock, self._db:
-            self._db.execute(
-                "INSERT INTO messages (id, session_id, role, content, extra, created) VALUES (?, ?, ?, ?, ?, ?)",
-                (mid, session_id, role, content, json.dumps(extra or {}, ensure_ascii=False), now),
-            )
+            self._db.execute(insert, (qid, session_id, "user", question, "{}", now))
+            self._db.execute(insert, (mid, session_id, "assistant", answer,
+                                      json.dumps(extra or {}, ensure_ascii=False), now + 1e-6))
             self._db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
+            self._writes += 1
+        if self._writes % PRUNE_EVERY == 0:
+            self.prune()
         return mid
 
     def history(self, session_id: str, token_budget: int) -> list[dict[str, str]]:

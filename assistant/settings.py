@@ -114,6 +114,12 @@ class Settings(BaseSettings):
         "Stops DNS-rebinding pages from reaching a loopback server. '*' allows any host")
     login_ttl_s: float = Field(default=12 * 3600, gt=0, description="Lifetime of a browser login (its cookie)")
 
+    # retention of sessions (pruned at start and every few turns; 0 keeps them all)
+    session_max_age_days: float = Field(default=90.0, ge=0, description="Sessions not updated for this many days "
+                                        "are deleted with their messages and feedback")
+    session_max_count: int = Field(default=10_000, ge=0, description="At most this many sessions are kept "
+                                   "(the least recently updated go first)")
+
     @field_validator("docs", mode="before")
     @classmethod
     def _split_docs(cls, v: Any) -> Any:

@@ -94,6 +94,7 @@ class Passage(BaseModel):
 class ErrorBody(BaseModel):
     code: str
     message: str
+    request_id: str | None = None  # internal, model and start-up errors: the id the server log names
 
 
 class ErrorResponse(BaseModel):

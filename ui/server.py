@@ -28,9 +28,18 @@ from . import api, auth, openai_compat
 from .auth import Access, AccessMiddleware
 from .deps import error_response, request_lang
 from .metrics import Metrics, MetricsMiddleware
+from .requestid import HEADER, RequestIdMiddleware, current_request_id
 
 log = logging.getLogger("ui.server")
 LIMITED_PREFIXES = ("/api", "/v1", "/login")
+
+
+def generic_error(request: Request, status: int, code: str, what_zh: str, what_en: str) -> JSONResponse:
+    """An error whose details stay in the log: a generic message naming the request id the log line carries."""
+    rid = current_request_id(request)
+    message = f"{what_zh}（请求编号 {rid}）" if request_lang(request) == "zh" else f"{what_en} (request id {rid})"
+    return JSONResponse({"error": {"code": code, "message": message, "request_id": rid}}, status_code=status,
+                        headers={HEADER: rid})  # the catch-all handler answers outside RequestIdMiddleware
 
 
 class BodyLimitMiddleware:
@@ -118,15 +127,17 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ModelError)
     async def model_error(request: Request, exc: ModelError) -> JSONResponse:
-        log.error("model error: %s", exc)
-        zh = request_lang(request) == "zh"
-        return error_response(503, "model_error", ("模型不可用：" if zh else "The model is unavailable: ") + str(exc))
+        log.error("model error (request %s) on %s %s: %s", current_request_id(request), request.method,
+                  request.url.path, exc)
+        return generic_error(request, 503, "model_error", "模型暂不可用，请稍后重试。",
+                             "The model is unavailable; please retry later.")
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        zh = request_lang(request) == "zh"
-        return error_response(500, "internal_error", "服务器内部错误，请稍后重试。" if zh else "Internal error; please retry.")
+        log.exception("unhandled error (request %s) on %s %s", current_request_id(request), request.method,
+                      request.url.path)
+        return generic_error(request, 500, "internal_error", "服务器内部错误，请稍后重试。",
+                             "Internal error; please retry.")
 
 
 def _load_in_background(app: FastAPI, service: AssistantService) -> threading.Thread:
@@ -137,9 +148,10 @@ def _load_in_background(app: FastAPI, service: AssistantService) -> threading.Th
         except UserError as exc:
             app.state.load_error = exc
             log.error("start-up failed: %s", exc.en)
-        except Exception as exc:
+        except Exception:  # the details (paths, URLs, exception text) go to the log only
             log.exception("start-up failed")
-            app.state.load_error = UserError("load_failed", f"Start-up failed: {exc}", f"启动失败：{exc}", 503)
+            app.state.load_error = UserError("load_failed", "Start-up failed; the server log has the details.",
+                                             "启动失败，详情见服务器日志。", 503)
 
     thread = threading.Thread(target=run, name="assistant-load", daemon=True)
     thread.start()
@@ -175,6 +187,7 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(AccessMiddleware, access=access)  # added last: runs first
+    app.add_middleware(RequestIdMiddleware)  # outermost: every response, errors included, names its request
     _install_error_handlers(app)
     app.include_router(auth.router)
     app.include_router(api.health)

@@ -16,7 +16,10 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 
 from assistant.errors import UserError
+from assistant.llm.base import ModelError
 from assistant.types import Event
+
+from .requestid import current_request_id
 
 log = logging.getLogger("ui.streaming")
 _END = object()
@@ -26,9 +29,13 @@ def error_event(exc: BaseException, lang: str) -> Event:
     """The "error" event for a service that raised after the stream started: {code, message} in `lang`."""
     if isinstance(exc, UserError):
         return Event("error", {"code": exc.code, "message": exc.message(lang)})
-    log.error("stream failed", exc_info=exc)
-    return Event("error", {"code": "internal_error",
-                           "message": "服务器内部错误，请稍后重试。" if lang == "zh" else "Internal error; please retry."})
+    rid = current_request_id()
+    log.error("stream failed (request %s)", rid, exc_info=exc)  # the details stay in the log
+    code, zh, en = (("model_error", "模型暂不可用，请稍后重试。", "The model is unavailable; please retry later.")
+                    if isinstance(exc, ModelError) else
+                    ("internal_error", "服务器内部错误，请稍后重试。", "Internal error; please retry."))
+    return Event("error", {"code": code, "request_id": rid,
+                           "message": f"{zh}（请求编号 {rid}）" if lang == "zh" else f"{en} (request id {rid})"})
 
 
 class _Failure:

@@ -3,8 +3,9 @@
 Owns: the chat tab (streamed answers, a sources panel that fills as soon as retrieval is done, [n] links that
 open their passage, a status line with timings, new chat, thumbs up/down), the zh/en interface switch, and
 the slot for the Advisor tab (ui/advisor_tab.py, written separately, imported when present).
-Retrieved text and model output are data: both are HTML-escaped before rendering. Each handler takes the
-Gradio request and asks ui/auth.py who sent it (the login cookie), so a chat's session is its key's, as in the API.
+Retrieved text and model output are data: sources are HTML-escaped, and chat text (model output and the
+question) is made inert Markdown (`inert`): no raw HTML, images or links but the [n] citations. Each handler takes
+the Gradio request and asks ui/auth.py who sent it (the login cookie), so a chat's session is its key's, as in the API.
 """
 from __future__ import annotations
 
@@ -101,11 +102,26 @@ HEAD = """<script>
 </script>"""
 
 _CITE = re.compile(r"\[(\d{1,2})\]")
+# Characters Markdown builds links, images, code and autolinks from, as numeric entities: the chat's Markdown
+# renderer shows them as the same characters but never parses them as syntax.
+_MD_ENTITIES = str.maketrans({"[": "&#91;", "]": "&#93;", "(": "&#40;", ")": "&#41;", "!": "&#33;",
+                              "`": "&#96;", "\\": "&#92;", "@": "&#64;", "$": "&#36;"})
+# "scheme:" and "www." start GFM autolinks (https://x, www.x) and dangerous URLs (javascript:, data:)
+_AUTOLINK = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{1,20}):|\b(www)\.")
+
+
+def inert(text: str) -> str:
+    """Untrusted text (model output, a question) as chat Markdown that renders as plain text: no raw HTML, no
+    links, images, autolinks or code spans, whatever the text says. Emphasis and line breaks still render."""
+    out = html.escape(text).translate(_MD_ENTITIES)
+    return _AUTOLINK.sub(lambda m: f"{m.group(1)}&#58;" if m.group(1) else "www&#46;", out)
 
 
 def link_citations(text: str) -> str:
-    """Escape the answer and turn each [n] into a link to its source panel entry."""
-    return _CITE.sub(lambda m: f'<a class="fa-cite" href="#src-{m.group(1)}">[{m.group(1)}]</a>', html.escape(text))
+    """The answer made inert (see `inert`), with each [n] a link to its source panel entry: the only links."""
+    parts = _CITE.split(text)  # text, n, text, n, ..., text
+    return "".join(inert(p) if i % 2 == 0 else f'<a class="fa-cite" href="#src-{p}">[{p}]</a>'
+                   for i, p in enumerate(parts))
 
 
 def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = None) -> str:
@@ -157,7 +173,7 @@ class ChatHandlers:
         if not (question or "").strip():
             yield history, gr.skip(), gr.skip(), session_id, gr.skip(), gr.skip()
             return
-        history += [{"role": "user", "content": question}, {"role": "assistant", "content": "…"}]
+        history += [{"role": "user", "content": inert(question)}, {"role": "assistant", "content": "…"}]
         if not self.service.ready():
             history[-1]["content"] = t["loading"]
             yield history, gr.skip(), t["loading"], session_id, gr.skip(), ""
@@ -172,7 +188,7 @@ class ChatHandlers:
                     yield history, sources_html(hits, lang), t["generating"], session_id, "", ""
                 elif ev.kind == "token":
                     raw += ev.data
-                    history[-1]["content"] = html.escape(raw)
+                    history[-1]["content"] = inert(raw)
                     yield history, gr.skip(), gr.skip(), session_id, gr.skip(), gr.skip()
                 elif ev.kind == "done":
                     ans: Answer = ev.data
@@ -215,7 +231,8 @@ def build_ui(service: AssistantService, access: Access | None = None) -> gr.Bloc
             with gr.Tab(t["chat_tab"], id="chat") as chat_tab, gr.Row():
                 with gr.Column(scale=3):
                     chatbot = gr.Chatbot(label=t["chatbot"], height=460, elem_id="fa-chat",
-                                         feedback_options=None, sanitize_html=True)
+                                         feedback_options=None, sanitize_html=True,
+                                         allow_tags=False, latex_delimiters=[])
                     status = gr.Markdown(t["ready"], elem_id="fa-status")
                     with gr.Row():
                         box = gr.Textbox(label=t["question"], placeholder=t["placeholder"], scale=5,

@@ -35,6 +35,18 @@ ANSWER_IN = {"zh": "用简体中文回答，每句后标注来源 [n]。", "en":
 ANSWER_LAST = {"zh": "用简体中文回答。", "en": "Answer in English."}
 
 
+# An opening or closing fence tag in any case and spacing ("</sources>", "< / SOURCES >", "<sources id=x>").
+_FENCE = re.compile(r"<\s*/?\s*sources\b[^<>]*>", re.IGNORECASE)
+
+
+def defuse_fences(text: str) -> str:
+    """`text` with any sources-fence tag made harmless (its angle brackets become fullwidth ＜ ＞), so a
+    document or a question cannot close the data fence; text without such a tag is returned unchanged."""
+    if "<" not in text:
+        return text
+    return _FENCE.sub(lambda m: "＜" + m.group(0)[1:-1] + "＞", text)
+
+
 def is_recommendation(question: str) -> bool:
     return _RECOMMEND.search(question) is not None
 
@@ -48,12 +60,14 @@ class Source:
 
 def format_source(s: Source) -> str:
     # Only the number and the text: small models copy any header they are shown into the answer.
-    return f"[{s.n}] {' '.join(s.text.split())}"
+    return f"[{s.n}] {defuse_fences(' '.join(s.text.split()))}"
 
 
 def build_messages(question: str, sources: list[Source], lang: str,
                    history: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
-    # Untrusted document text is fenced so the model can tell data from the request.
+    # Untrusted document text is fenced so the model can tell data from the request; fence tags inside the
+    # documents, the question or the history are defused so only ours delimit the sources.
+    question = defuse_fences(question)
     body = "\n\n".join(format_source(s) for s in sources)
     # The answer-language line goes first: with the system prompt it forms a prefix that consecutive
     # questions in one language share, so llama.cpp reuses its KV cache instead of recomputing it.
@@ -63,6 +77,6 @@ def build_messages(question: str, sources: list[Source], lang: str,
     parts.append(ANSWER_LAST[lang])  # a short reminder last: small models drift into the sources' language
     msgs = [{"role": "system", "content": SYSTEM_PROMPT}]
     for m in history or []:
-        msgs.append({"role": m["role"], "content": m["content"][:600]})
+        msgs.append({"role": m["role"], "content": defuse_fences(m["content"][:600])})
     msgs.append({"role": "user", "content": "\n\n".join(parts)})
     return msgs

@@ -23,6 +23,7 @@ from ..embed import Embedder
 from ..errors import UserError
 from ..ingest import LoadError, chunk_document, discover, load_document
 from ..ingest.chunker import CHUNKER_VERSION
+from ..private import DIR_MODE, fsync_dir, private_dir, private_file, replace_durably, seal_tree
 from ..types import Chunk
 from .cache import EmbeddingCache
 from .keyword import KeywordIndex
@@ -61,7 +62,7 @@ class _BuildLock:
         self.path = index_dir / ".build.lock"
 
     def __enter__(self) -> _BuildLock:
-        self.f = self.path.open("w")
+        self.f = private_file(self.path).open("w")
         try:
             fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as e:
@@ -86,7 +87,7 @@ def build_index(
 ) -> BuildReport:
     """Index every supported file under doc_paths into index_dir; see the module docstring."""
     t0 = time.perf_counter()
-    index_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(index_dir)
     with _BuildLock(index_dir):
         _remove_partial(index_dir)
         report = _build_locked(index_dir, doc_paths, embedder, chunk_tokens, progress, log)
@@ -130,13 +131,14 @@ def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, ch
                                   chunks=len(chunks), skipped=tuple(report.skipped), file_sources=file_sources,
                                   roots=tuple(sorted({str(r) for _f, r in files})), created=time.time(),
                                   dim=embedder.dim))
+    # Durable before visible: the generation's files and directories are fsynced, then renamed into place, then
+    # the pointer is written to a temp file, fsynced and renamed over CURRENT (the moment the generation goes
+    # live), and the directory fsynced. A crash at any point leaves the previous generation answering.
+    seal_tree(new_gen)
     final = new_gen.with_name(new_gen.name.removesuffix(".partial"))
     os.replace(new_gen, final)
-    _fsync_dir(index_dir)
-    tmp = index_dir / "CURRENT.tmp"
-    tmp.write_text(final.name, encoding="utf-8")
-    os.replace(tmp, index_dir / "CURRENT")  # the moment the new generation goes live
-    _fsync_dir(index_dir)
+    fsync_dir(index_dir)
+    replace_durably(index_dir / "CURRENT", final.name)
     report.generation = final.name
     report.chunks = len(chunks)
     return report
@@ -180,7 +182,7 @@ def _collect_chunks(files: list[tuple[Path, Path]], fingerprints: dict[str, str]
 def _write_generation(index_dir: Path, chunks: list[Chunk], embedder: Embedder, prev_gen: Path | None,
                       progress: bool, report: BuildReport) -> Path:
     gen = index_dir / f"gen-{time.time_ns()}.partial"
-    gen.mkdir()
+    gen.mkdir(mode=DIR_MODE)
     cache = EmbeddingCache(index_dir / "cache" / f"{_safe(embedder.name)}.sqlite", embedder.dim)
     try:
         ids = [c.id for c in chunks]
@@ -251,11 +253,3 @@ def _prune(index_dir: Path, keep_previous: int) -> None:
     old = [g for g in gens if g != live]
     for g in old[: max(0, len(old) - keep_previous)]:
         shutil.rmtree(g, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

