@@ -31,7 +31,7 @@ def service(scripted_service):
 @pytest.fixture(scope="module")
 def http(service) -> Iterator[TestClient]:
     # no `with`: the app's lifespan would close the module's service after the first client
-    yield TestClient(create_app(service, with_ui=False, load=False), base_url="http://testserver")
+    yield TestClient(create_app(service, with_ui=False, load=False), base_url="http://127.0.0.1")
 
 
 def stream_events(http: TestClient, path: str, body: dict) -> list[tuple[str, object]]:
@@ -57,7 +57,7 @@ def test_health_ready_and_docs(http: TestClient) -> None:
 def test_not_ready_is_a_503_in_the_users_language(scripted_service) -> None:
     svc = scripted_service(load=False)
     try:
-        http = TestClient(create_app(svc, with_ui=False, load=False))
+        http = TestClient(create_app(svc, with_ui=False, load=False), base_url="http://127.0.0.1")
         r = http.get("/readyz", headers={"accept-language": "zh-CN"})
         assert r.status_code == 503 and r.json()["status"] == "loading" and r.json()["error"]["message"] == "模型加载中…"
         # the readiness gate runs before the body is read: its language comes from Accept-Language
@@ -233,7 +233,7 @@ def test_search_and_health_answer_while_a_stream_generates(scripted_service) -> 
 
     svc = scripted_service(script=slow)
     try:
-        http = TestClient(create_app(svc, with_ui=False, load=False))
+        http = TestClient(create_app(svc, with_ui=False, load=False), base_url="http://127.0.0.1")
         kinds: list[str] = []
         reader = threading.Thread(target=lambda: kinds.extend(
             k for k, _ in stream_events(http, "/api/ask", {"question": IN_SCOPE_ZH, "stream": True})))
@@ -255,7 +255,7 @@ def test_search_and_health_answer_while_a_stream_generates(scripted_service) -> 
 def test_queue_full_is_a_readable_503_and_an_error_event(scripted_service) -> None:
     svc = scripted_service(max_queue=0)
     try:
-        http = TestClient(create_app(svc, with_ui=False, load=False))
+        http = TestClient(create_app(svc, with_ui=False, load=False), base_url="http://127.0.0.1")
         r = http.post("/api/ask", json={"question": IN_SCOPE_ZH})
         assert r.status_code == 503 and error_of(r) == {"code": "queue_full", "message": "助手正忙（排队已满），请稍后重试。"}
         events = stream_events(http, "/api/ask", {"question": IN_SCOPE_EN, "stream": True})
@@ -269,13 +269,13 @@ def test_queue_full_is_a_readable_503_and_an_error_event(scripted_service) -> No
 
 def test_sessions_and_feedback_survive_a_restart(scripted_service, tmp_path) -> None:
     first = scripted_service(state_dir=tmp_path)
-    with TestClient(create_app(first, with_ui=False, load=False)) as http:  # the lifespan closes the service
+    with TestClient(create_app(first, with_ui=False, load=False), base_url="http://127.0.0.1") as http:  # the lifespan closes the service
         ans = http.post("/api/ask", json={"question": IN_SCOPE_ZH}).json()
         sid, mid = ans["session_id"], ans["message_id"]
         assert http.post("/api/feedback", json={"session_id": sid, "message_id": mid, "rating": "up"}).status_code == 200
     second = scripted_service(state_dir=tmp_path, load=False)
     try:
-        sess = TestClient(create_app(second, with_ui=False, load=False)).get(f"/api/sessions/{sid}").json()
+        sess = TestClient(create_app(second, with_ui=False, load=False), base_url="http://127.0.0.1").get(f"/api/sessions/{sid}").json()
     finally:
         second.close()
     assert [m["id"] for m in sess["messages"]][-1] == mid
@@ -287,7 +287,7 @@ def test_sessions_and_feedback_survive_a_restart(scripted_service, tmp_path) -> 
 def test_openai_client_models_and_refusal_stream(http: TestClient) -> None:
     from openai import OpenAI
 
-    client = OpenAI(base_url="http://testserver/v1", api_key="local-no-key", http_client=http)
+    client = OpenAI(base_url="http://127.0.0.1/v1", api_key="local-no-key", http_client=http)
     assert [m.id for m in client.models.list().data] == ["scripted"]
     chunks = list(client.chat.completions.create(model="scripted", stream=True, messages=[
         {"role": "system", "content": "ignored"}, {"role": "user", "content": OUT_OF_SCOPE_EN}]))
@@ -302,7 +302,7 @@ def test_openai_client_models_and_refusal_stream(http: TestClient) -> None:
 def test_openai_client_cited_answer_footnotes_and_session(http: TestClient) -> None:
     from openai import OpenAI
 
-    client = OpenAI(base_url="http://testserver/v1", api_key="local-no-key", http_client=http)
+    client = OpenAI(base_url="http://127.0.0.1/v1", api_key="local-no-key", http_client=http)
     resp = client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": IN_SCOPE_EN}])
     content = resp.choices[0].message.content or ""
     extra = resp.model_extra
@@ -323,7 +323,7 @@ def test_openai_client_cited_answer_footnotes_and_session(http: TestClient) -> N
 def test_langchain_chat_openai_round_trip(http: TestClient) -> None:
     from langchain_openai import ChatOpenAI
 
-    llm = ChatOpenAI(base_url="http://testserver/v1", api_key="any-string", model="scripted", max_retries=0,
+    llm = ChatOpenAI(base_url="http://127.0.0.1/v1", api_key="any-string", model="scripted", max_retries=0,
                      http_client=http)
     msg = llm.invoke("飞桨适合什么场景？")
     assert isinstance(msg.content, str) and "[1]" in msg.content
@@ -334,7 +334,7 @@ def test_langchain_chat_openai_round_trip(http: TestClient) -> None:
 def test_http_errors_reach_the_openai_client_as_its_own_errors(http: TestClient) -> None:
     import openai
 
-    client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=http, max_retries=0)
+    client = openai.OpenAI(base_url="http://127.0.0.1/v1", api_key="x", http_client=http, max_retries=0)
     with pytest.raises(openai.UnprocessableEntityError) as err:
         client.chat.completions.create(model="scripted", messages=[{"role": "system", "content": "only rules"}])
     assert err.value.body == {"code": "no_user_message", "message": "messages must contain a user message."}

@@ -334,7 +334,7 @@ def failing_client(tmp_path: Path, embedder):
     svc = AssistantService(load_settings(index_dir=index_dir, state_dir=tmp_path / "state"), chat_model=model,
                            embedder=embedder)
     svc.load(warm=False)
-    with TestClient(create_app(svc, with_ui=False, load=False), raise_server_exceptions=False) as client:
+    with TestClient(create_app(svc, with_ui=False, load=False), base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
         yield client, model
 
 
