@@ -145,8 +145,9 @@ def test_a_full_queue_is_refused_on_arrival_before_retrieval(fresh: Live) -> Non
     live = fresh
     live.svc.queue.max_waiting = 1
     holder, held = hold_the_model(live)
+    started = live.svc.retrievals
     waiter, waited = in_thread(lambda: httpx.post(live.url + "/api/ask", json={"question": IN_SCOPE_ZH}, timeout=60))
-    wait_until(lambda: live.svc.queue.waiting == 1)
+    wait_until(lambda: live.svc.queue.waiting == 1 and live.svc.retrievals == started + 1)  # it retrieved, waits
     before = live.svc.retrievals
     refused = [
         httpx.post(live.url + "/api/ask", json={"question": IN_SCOPE_EN}),
@@ -208,6 +209,20 @@ def test_a_client_that_leaves_while_waiting_frees_its_place_and_costs_no_model_c
     # the line moves on
     r2 = httpx.post(live.url + "/api/ask", json={"question": IN_SCOPE_EN}, timeout=30)
     assert r2.status_code == 200 and len(live.model.calls) == 2
+
+
+def test_a_non_streamed_request_that_leaves_while_waiting_costs_no_model_call(fresh: Live) -> None:
+    live = fresh
+    holder, _ = hold_the_model(live)
+    for path, body in (("/api/ask", {"question": IN_SCOPE_ZH}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": IN_SCOPE_ZH}]})):
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+            httpx.post(live.url + path, json=body, timeout=httpx.Timeout(30, read=1.5))
+        wait_until(lambda: live.svc.queue.waiting == 0, 3)  # its place is back while the model is still held
+    live.model.gate.set()
+    holder.join(30)
+    time.sleep(0.3)
+    assert len(live.model.calls) == 1
 
 
 def test_concurrent_streams_are_capped(fresh: Live) -> None:

@@ -1,20 +1,30 @@
 """Admission control at the HTTP edge: the per-caller rate limit of the question routes and the cap on
 concurrent streamed answers. (The generation queue's bound and wait time-out are assistant/genqueue.py.)
 
+`answer_unless_gone` runs a non-streamed answer and gives its queue ticket back the moment the client
+disconnects (streams do the same in ui/streaming.py), so a request that left while waiting costs no prefill.
+
 Every refusal is a UserError with `retry_after`, which the app's error handler (ui/server.py) answers with
 its status (429 for the rate limit, 503 for the stream cap) and a `Retry-After` header.
 """
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi import Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
+from assistant.genqueue import Cancelled, Ticket
+
+T = TypeVar("T")
 
 
 class RateLimiter:
@@ -89,3 +99,20 @@ class StreamSlots:
                     self.active -= 1
 
         return release
+
+
+async def answer_unless_gone(request: Request, service: Any, ticket: Ticket, call: Callable[[], T],
+                             poll_s: float = 0.2) -> T | Response:
+    """`call()` in the thread pool; while it runs, a client that disconnects gets its ticket given back at
+    once (a request still waiting for the model then ends with `Cancelled`, never reaching it). Returns the
+    call's result, or an empty 499 response nobody will read when the client left before its turn."""
+    task = asyncio.ensure_future(run_in_threadpool(call))
+    while not task.done():
+        await asyncio.wait({task}, timeout=poll_s)
+        if not task.done() and await request.is_disconnected():
+            service.queue.cancel(ticket)  # a no-op once the turn has begun: that answer is finished and kept
+            break
+    try:
+        return await task
+    except Cancelled:
+        return Response(status_code=499)

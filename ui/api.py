@@ -18,7 +18,7 @@ from assistant.errors import UserError
 from assistant.sessions import unknown_session
 from assistant.types import Event
 
-from .admission import rate_limit
+from .admission import answer_unless_gone, rate_limit
 from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import (
@@ -79,7 +79,10 @@ async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metr
             lambda ticket: service.ask_stream(body.question, body.session_id, filters, ticket, owner=owner))
         return EventSourceResponse(_sse(events, on_event), ping=15)
     ticket = service.queue.reserve()  # on the event loop, before retrieval: a full queue is a 503 now
-    answer = await run_in_threadpool(lambda: service.ask(body.question, body.session_id, filters, ticket, owner=owner))
+    answer = await answer_unless_gone(request, service, ticket, lambda: service.ask(
+        body.question, body.session_id, filters, ticket, owner=owner))
+    if isinstance(answer, Response):  # the client left while waiting
+        return answer
     metrics.observe_answer(answer.timings)
     return answer.to_dict()
 

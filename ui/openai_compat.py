@@ -17,14 +17,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from sse_starlette.sse import EventSourceResponse
-from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
 from assistant.types import Answer, Citation
 
-from .admission import rate_limit
+from .admission import answer_unless_gone, rate_limit
 from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import ChatCompletionRequest, ErrorResponse
@@ -99,7 +98,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
                                                                             owner=owner))
         return EventSourceResponse(_stream(events, model, on_event), ping=15)
     ticket = service.queue.reserve()
-    answer = await run_in_threadpool(lambda: service.ask(question, session, None, ticket, owner=owner))
+    answer = await answer_unless_gone(request, service, ticket,
+                                      lambda: service.ask(question, session, None, ticket, owner=owner))
+    if isinstance(answer, Response):  # the client left while waiting
+        return answer
     metrics.observe_answer(answer.timings)
     return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
             "model": model, "usage": _usage(answer), **_extras(answer),
