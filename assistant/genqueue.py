@@ -3,9 +3,13 @@
 A request takes its ticket when it arrives (`reserve`), before retrieval, so that the order in which
 requests get the model is the order in which they arrived, not the order in which their retrievals
 happened to finish. A request that turns out not to need the model (a refusal, a client that went
-away) gives its ticket back (`cancel`) and the line moves on. The line is bounded: a request that would
-wait behind more than `max_waiting` others gets a clear 503, not an ever-growing wait. Search and passage
-requests never pass through here.
+away) gives its ticket back (`cancel`) and the line moves on; a request still waiting for its turn when its
+ticket is cancelled (its client left) wakes at once with `Cancelled` and never reaches the model.
+
+Admission: the line is bounded. An arrival that would wait behind `max_waiting` others is refused by
+`reserve` itself (a 503 with `Retry-After`), before any retrieval or any response has started. A ticket
+whose turn has not come `timeout_s` after it arrived gets a 503 too. Search and passage requests never
+pass through here.
 """
 from __future__ import annotations
 
@@ -26,14 +30,25 @@ class Ticket:
     arrived: float = field(default_factory=time.perf_counter)
 
 
-def _queue_full() -> UserError:
+class Cancelled(Exception):
+    """The ticket was given back while it waited (the client left): the request ends without the model."""
+
+
+def _queue_full(retry_after: int) -> UserError:
     return UserError("queue_full", "The assistant is busy (queue full); please retry in a moment.",
-                     "助手正忙（排队已满），请稍后重试。", status=503)
+                     "助手正忙（排队已满），请稍后重试。", status=503, retry_after=retry_after)
+
+
+def _queue_timeout(timeout_s: float, retry_after: int) -> UserError:
+    return UserError("queue_timeout", f"The assistant is busy: no turn within {timeout_s:g} s; please retry.",
+                     f"助手正忙：{timeout_s:g} 秒内未排到，请稍后重试。", status=503, retry_after=retry_after)
 
 
 class GenerationQueue:
-    def __init__(self, max_waiting: int = 16) -> None:
+    def __init__(self, max_waiting: int = 16, timeout_s: float | None = None, retry_after_s: int = 5) -> None:
         self.max_waiting = max_waiting
+        self.timeout_s = timeout_s or None  # None or 0: wait as long as it takes
+        self.retry_after_s = retry_after_s
         self._cond = threading.Condition()
         self._numbers = itertools.count()
         self._line: deque[int] = deque()  # ticket numbers in arrival order; the head holds the model
@@ -49,8 +64,10 @@ class GenerationQueue:
             return len(self._line) - (1 if self._serving is not None else 0)
 
     def reserve(self) -> Ticket:
-        """Take a place in line now (at arrival)."""
+        """Take a place in line now (at arrival), or a 503 UserError when `max_waiting` are already waiting."""
         with self._cond:
+            if len(self._line) - (1 if self._serving is not None else 0) >= self.max_waiting:
+                raise _queue_full(self.retry_after_s)
             ticket = Ticket(next(self._numbers))
             self._line.append(ticket.number)
             return ticket
@@ -64,18 +81,23 @@ class GenerationQueue:
 
     @contextmanager
     def turn(self, ticket: Ticket | None = None) -> Iterator[float]:
-        """Hold the model for one generation; yields the seconds waited since the ticket was taken."""
+        """Hold the model for one generation; yields the seconds waited since the ticket was taken.
+        Raises `Cancelled` when the ticket is (or gets) cancelled before its turn, and a 503 UserError when the
+        turn has not come `timeout_s` after the ticket's arrival."""
         ticket = ticket or self.reserve()
+        deadline = ticket.arrived + self.timeout_s if self.timeout_s else None
         with self._cond:
-            if ticket.number not in self._line:
-                raise RuntimeError("ticket already used or cancelled")
-            ahead = self._line.index(ticket.number) - (1 if self._serving is not None else 0)
-            if ahead >= self.max_waiting:
-                self._line.remove(ticket.number)
-                self._cond.notify_all()
-                raise _queue_full()
-            while self._line[0] != ticket.number:
-                self._cond.wait()
+            while True:
+                if ticket.number not in self._line:
+                    raise Cancelled(ticket.number)
+                if self._line[0] == ticket.number:
+                    break
+                left = None if deadline is None else deadline - time.perf_counter()
+                if left is not None and left <= 0:
+                    self._line.remove(ticket.number)
+                    self._cond.notify_all()
+                    raise _queue_timeout(self.timeout_s or 0.0, self.retry_after_s)
+                self._cond.wait(left)
             self._serving = ticket.number
             waited = time.perf_counter() - ticket.arrived
             self.total_wait_s += waited

@@ -49,7 +49,8 @@ class AssistantService:
         self.sessions = SessionStore(Path(self.settings.state_dir) / "assistant.db",
                                      max_age_days=self.settings.session_max_age_days,
                                      max_sessions=self.settings.session_max_count)
-        self.queue = GenerationQueue(self.settings.max_queue)
+        self.queue = GenerationQueue(self.settings.max_queue, self.settings.queue_timeout_s,
+                                     self.settings.retry_after_s)
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
         self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
         self._loaded = False  # set once load() has finished warming the model
@@ -286,8 +287,16 @@ class AssistantService:
 
     # ---- advisor ------------------------------------------------------------------------------
     def advise(self, scenario: Any) -> Any:
+        """The Advisor's answer for a scenario (fields, free text or both); a free text longer than
+        settings.max_advice_chars is a 413 in the text's language."""
         from .advisor import advise
 
+        text = scenario if isinstance(scenario, str) else (
+            scenario.get("text") if isinstance(scenario, Mapping) else getattr(scenario, "text", ""))
+        n = self.settings.max_advice_chars
+        if isinstance(text, str) and len(text) > n:
+            raise UserError("input_too_long", f"The description is too long (max {n} characters).",
+                            f"描述过长（最多 {n} 个字符）。", 413)
         return advise(self, scenario)
 
     # ---- helpers ------------------------------------------------------------------------------

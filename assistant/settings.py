@@ -100,8 +100,26 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 7860
     max_question_chars: int = 2000
-    max_body_bytes: int = 64_000
-    max_queue: int = 16
+    max_body_bytes: int = Field(default=64_000, gt=0, description="Largest request body on /api, /v1 and /login "
+                                "(bytes); larger ones get 413")
+
+    # admission control (README "Limits"; the queue is assistant/genqueue.py, the HTTP side ui/admission.py)
+    max_queue: int = Field(default=16, ge=0, description="Requests that may wait for the model; an arrival beyond "
+                           "them is refused at once (before retrieval) with 503 and Retry-After")
+    queue_timeout_s: float = Field(default=120.0, ge=0, description="A request whose turn at the model has not "
+                                   "come this many seconds after it arrived gets 503 and Retry-After (0: no limit)")
+    retry_after_s: int = Field(default=5, ge=1, description="The Retry-After (seconds) of a 503 for a full or "
+                               "slow queue or the stream cap")
+    max_streams: int = Field(default=8, ge=1, description="Concurrent streamed answers (SSE on /api/ask and "
+                             "/v1/chat/completions), each one producer thread; more get 503 and Retry-After")
+    rate_limit_per_minute: int = Field(default=60, ge=0, description="Question requests (ask, search, advise, chat "
+                                       "completions) per minute per API key (per client IP without keys), a "
+                                       "token bucket that allows a burst of as many; over it: 429 and Retry-After. "
+                                       "0: no limit")
+    max_ui_body_bytes: int = Field(default=1_000_000, gt=0, description="Largest request body on the Gradio UI's "
+                                   "routes (its queue, upload and API calls; bytes); larger ones get 413")
+    max_advice_chars: int = Field(default=2000, gt=0, description="Longest free-text description the Advisor "
+                                  "takes (characters); longer ones get 413")
 
     # access (docs: README "Access"; the HTTP side is ui/auth.py, keys are assistant/keys.py)
     api_keys: Annotated[tuple[str, ...], NoDecode] = Field(

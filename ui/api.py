@@ -18,6 +18,7 @@ from assistant.errors import UserError
 from assistant.sessions import unknown_session
 from assistant.types import Event
 
+from .admission import answer_unless_gone, rate_limit
 from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import (
@@ -29,14 +30,17 @@ from .schemas import (
     SearchRequest,
     SearchResponse,
 )
-from .streaming import open_stream
+from .streaming import open_answer_stream
 
 router = APIRouter(prefix="/api", tags=["assistant"], dependencies=[Depends(bearer_scheme)], responses={
     413: {"model": ErrorResponse, "description": "Body or question too long"},
     422: {"model": ErrorResponse, "description": "Invalid request"},
-    503: {"model": ErrorResponse, "description": "Model loading or queue full"},
+    429: {"model": ErrorResponse, "description": "Rate limit (Retry-After says when to retry)"},
+    503: {"model": ErrorResponse, "description": "Model loading, queue full, queue wait timed out or too many "
+          "streams (Retry-After)"},
 })
 health = APIRouter(tags=["operations"])
+RateLimited = Depends(rate_limit)  # the question routes: 429 with Retry-After over settings.rate_limit_per_minute
 
 
 def _not_found(what_en: str, what_zh: str) -> UserError:
@@ -62,7 +66,7 @@ async def _sse(events: AsyncIterator[Event], on_event: Callable[[str], None]) ->
         yield {"event": ev.kind, "data": json.dumps(event_payload(ev), ensure_ascii=False)}
 
 
-@router.post("/ask", summary="Ask a question; a cited answer (JSON, or SSE with stream=true)")
+@router.post("/ask", summary="Ask a question; a cited answer (JSON, or SSE with stream=true)", dependencies=[RateLimited])
 async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metrics: MetricsDep,
               owner: OwnerDep) -> Any:
     lang = request_lang(request, body.question)
@@ -70,17 +74,20 @@ async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metr
     filters = body.filters.to_filters() if body.filters else None
     if body.stream:
         on_event = metrics.stream_observer(time.perf_counter())
-        ticket = service.queue.reserve()  # on the event loop: the queue order is the arrival order
-        events = await open_stream(service.ask_stream(body.question, body.session_id, filters, ticket, owner=owner),
-                                   lang)
+        events = await open_answer_stream(
+            service, request.app.state.stream_slots, lang,
+            lambda ticket: service.ask_stream(body.question, body.session_id, filters, ticket, owner=owner))
         return EventSourceResponse(_sse(events, on_event), ping=15)
-    ticket = service.queue.reserve()
-    answer = await run_in_threadpool(lambda: service.ask(body.question, body.session_id, filters, ticket, owner=owner))
+    ticket = service.queue.reserve()  # on the event loop, before retrieval: a full queue is a 503 now
+    answer = await answer_unless_gone(request, service, ticket, lambda: service.ask(
+        body.question, body.session_id, filters, ticket, owner=owner))
+    if isinstance(answer, Response):  # the client left while waiting
+        return answer
     metrics.observe_answer(answer.timings)
     return answer.to_dict()
 
 
-@router.post("/advise", summary="The Advisor: a ranked, cited recommendation and a trial plan for a team's situation")
+@router.post("/advise", summary="The Advisor: a ranked, cited recommendation and a trial plan for a team's situation", dependencies=[RateLimited])
 async def advise(body: AdviseRequest, request: Request, service: ServiceDep) -> dict[str, Any]:
     request.state.lang = body.lang or request_lang(request, body.text)
     scenario = {k: v for k, v in body.model_dump().items() if v not in (None, "", [])}
@@ -91,7 +98,7 @@ async def advise(body: AdviseRequest, request: Request, service: ServiceDep) -> 
     return advice.to_dict()
 
 
-@router.post("/search", response_model=SearchResponse, summary="Hybrid search: ranked passages with scores")
+@router.post("/search", response_model=SearchResponse, summary="Hybrid search: ranked passages with scores", dependencies=[RateLimited])
 async def search(body: SearchRequest, request: Request, service: ReadyServiceDep) -> dict[str, Any]:
     request.state.lang = request_lang(request, body.query)
     filters = body.filters.to_filters() if body.filters else None

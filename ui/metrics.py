@@ -15,6 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 prometheus_client.disable_created_metrics()  # no *_created series: less noise per scrape
@@ -74,7 +75,8 @@ class Metrics:
 
 
 class MetricsMiddleware:
-    """Pure ASGI (safe with streaming): counts and times every /api, /v1 and health request by route template."""
+    """Pure ASGI (safe with streaming): counts and times every /api, /v1 and health request by route template
+    and method, both bounded (`bounded_labels`)."""
 
     PREFIXES = ("/api", "/v1", "/healthz", "/readyz", "/metrics")
 
@@ -97,7 +99,18 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = scope.get("route")
-            name = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(name, scope["method"], str(status["code"])).inc()
-            self.metrics.latency.labels(name).observe(time.perf_counter() - t0)
+            route, method = bounded_labels(scope)
+            self.metrics.requests.labels(route, method, str(status["code"])).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - t0)
+
+
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def bounded_labels(scope: Scope) -> tuple[str, str]:
+    """(route, method) labels from a finished request: the matched route's template (one of the app's own,
+    a finite set) and a known HTTP method; anything else is "other", so a client cannot grow the series."""
+    route = scope.get("route")
+    name = route.path if isinstance(route, Route) and route.path else "other"
+    method = scope.get("method", "")
+    return name, method if method in KNOWN_METHODS else "other"

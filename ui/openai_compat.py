@@ -17,20 +17,21 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from sse_starlette.sse import EventSourceResponse
-from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
 from assistant.types import Answer, Citation
 
+from .admission import answer_unless_gone, rate_limit
 from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import ChatCompletionRequest, ErrorResponse
-from .streaming import open_stream
+from .streaming import open_answer_stream
 
 router = APIRouter(prefix="/v1", tags=["openai-compatible"], dependencies=[Depends(bearer_scheme)], responses={
-    413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+    413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 429: {"model": ErrorResponse},
+    503: {"model": ErrorResponse}})
 
 
 def footnotes(citations: list[Citation]) -> str:
@@ -81,7 +82,8 @@ async def _stream(events: AsyncIterator[Any], model: str, on_event: Callable[[st
     yield {"data": "[DONE]"}
 
 
-@router.post("/chat/completions", summary="OpenAI-style chat completion with cited answers")
+@router.post("/chat/completions", summary="OpenAI-style chat completion with cited answers",
+             dependencies=[Depends(rate_limit)])
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ReadyServiceDep,
                            metrics: MetricsDep, owner: OwnerDep) -> Any:
     question = _question(body)
@@ -91,11 +93,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
     model = body.model or service.settings.model
     if body.stream:
         on_event = metrics.stream_observer(time.perf_counter())
-        events = await open_stream(service.ask_stream(question, session, None, service.queue.reserve(), owner=owner),
-                                   lang)
+        events = await open_answer_stream(service, request.app.state.stream_slots, lang,
+                                          lambda ticket: service.ask_stream(question, session, None, ticket,
+                                                                            owner=owner))
         return EventSourceResponse(_stream(events, model, on_event), ping=15)
     ticket = service.queue.reserve()
-    answer = await run_in_threadpool(lambda: service.ask(question, session, None, ticket, owner=owner))
+    answer = await answer_unless_gone(request, service, ticket,
+                                      lambda: service.ask(question, session, None, ticket, owner=owner))
+    if isinstance(answer, Response):  # the client left while waiting
+        return answer
     metrics.observe_answer(answer.timings)
     return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
             "model": model, "usage": _usage(answer), **_extras(answer),

@@ -144,5 +144,6 @@ class AdviseRequest(BaseModel):
     data_scale: str | None = Field(default=None, max_length=20)
     domain: Literal["chinese_nlp", "cv", "scientific", "rl", "llm_pretrain", "llm_finetune", "general"] | None = None
     goals: list[str] = Field(default_factory=list, max_length=10)
-    text: str = Field(default="", max_length=2000)
+    text: str = Field(default="", description="A free description of the situation (Chinese or English); max "
+                      "settings.max_advice_chars characters (longer: 413)")
     lang: Literal["zh", "en"] | None = None

@@ -1,7 +1,7 @@
 """The one ASGI app: FastAPI with the native API (/api), the OpenAI-compatible API (/v1), health and metrics,
 OpenAPI docs (/docs) and the Gradio UI mounted at /. Owns start-up (the model loads once, in a thread, so
 /healthz answers meanwhile), the request-body limit and the JSON error shape {"error": {"code", "message"}}
-in the user's language. Access (Host allow-list, API keys, the browser login) is ui/auth.py, the outermost
+in the user's language (with `Retry-After` on the admission refusals, ui/admission.py). Access (Host allow-list, API keys, the browser login) is ui/auth.py, the outermost
 middleware. `serve()` refuses a non-loopback address without keys, runs the engine self-check
 (assistant/llm/selfcheck.py), then the app under uvicorn, bound to loopback unless told otherwise."""
 from __future__ import annotations
@@ -25,6 +25,7 @@ from assistant.service import AssistantService
 from assistant.settings import Settings
 
 from . import api, auth, openai_compat
+from .admission import RateLimiter, StreamSlots
 from .auth import Access, AccessMiddleware
 from .deps import error_response, request_lang
 from .metrics import Metrics, MetricsMiddleware
@@ -43,24 +44,29 @@ def generic_error(request: Request, status: int, code: str, what_zh: str, what_e
 
 
 class BodyLimitMiddleware:
-    """Rejects API request bodies over `limit` bytes with 413 (by Content-Length, or while reading a chunked body)."""
+    """Rejects request bodies over their limit with 413 (by Content-Length, or while reading a chunked body):
+    `limit` bytes on /api, /v1 and /login, `ui_limit` bytes on every other route (the Gradio UI's queue, upload
+    and API calls); `ui_limit=None` leaves those alone."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, ui_limit: int | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.ui_limit = ui_limit
 
-    def _reject(self, scope: Scope) -> JSONResponse:
+    @staticmethod
+    def _reject(scope: Scope, limit: int) -> JSONResponse:
         zh = any(h == b"accept-language" and v.lower().startswith(b"zh") for h, v in scope.get("headers", []))
-        msg = (f"请求体过大（最多 {self.limit} 字节）。" if zh else f"Request body too large (max {self.limit} bytes).")
+        msg = (f"请求体过大（最多 {limit} 字节）。" if zh else f"Request body too large (max {limit} bytes).")
         return error_response(413, "body_too_large", msg)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(LIMITED_PREFIXES):
+        limit = self.limit if scope.get("path", "").startswith(LIMITED_PREFIXES) else self.ui_limit
+        if scope["type"] != "http" or limit is None:
             await self.app(scope, receive, send)
             return
         length = dict(scope.get("headers", [])).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await self._reject(scope)(scope, receive, send)
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._reject(scope, limit)(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -70,8 +76,8 @@ class BodyLimitMiddleware:
                 return
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
-            if size > self.limit:
-                await self._reject(scope)(scope, receive, send)
+            if size > limit:
+                await self._reject(scope, limit)(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -106,7 +112,10 @@ def _validation_message(exc: RequestValidationError, lang: str) -> tuple[int, st
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message(request_lang(request)))
+        response = error_response(exc.status, exc.code, exc.message(request_lang(request)))
+        if exc.retry_after is not None:
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -184,7 +193,10 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     # (~5 s for Gradio) run, which is most of the time to /readyz
     app.state.loader = _load_in_background(app, service) if load and not service.ready() else None
     app.state.metrics = Metrics(service)
-    app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes)
+    app.state.rate_limiter = RateLimiter(service.settings.rate_limit_per_minute)
+    app.state.stream_slots = StreamSlots(service.settings.max_streams, service.settings.retry_after_s)
+    app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes,
+                       ui_limit=service.settings.max_ui_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(AccessMiddleware, access=access)  # added last: runs first
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, errors included, names its request

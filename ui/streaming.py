@@ -5,17 +5,24 @@ One producer thread per answer runs the generator to its end and hands each even
 token. Token events that pile up while the client is being written to are sent as one event: on two
 cores every bit of work beside llama.cpp's threads slows decoding (measured in docs/performance.md).
 The first event is awaited before the response starts, so bad input still gets a proper 4xx status
-instead of an in-stream error. If the client goes away, the producer stops at the next event and closes
-the generator, which gives the model's queue turn back.
+instead of an in-stream error. If the client goes away, `on_close` runs at once (the answer routes give
+their queue ticket back, which wakes a producer still waiting for its turn: it ends without the model),
+and a producer that is generating stops at the next event and closes the generator.
+
+`open_answer_stream` is the routes' entry: a stream slot (ui/admission.py StreamSlots, held until the
+producer thread ends, so threads are bounded too) and a queue ticket are taken on arrival, on the event
+loop; either refusal is a 503 with Retry-After before any response has started.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 from assistant.errors import UserError
+from assistant.genqueue import Ticket
 from assistant.llm.base import ModelError
 from assistant.types import Event
 
@@ -55,8 +62,23 @@ def merge_tokens(batch: list[object]) -> list[object]:
     return out
 
 
-async def open_stream(gen: Iterator[Event], lang: str) -> AsyncIterator[Event]:
-    """Start the producer, await the first event (errors propagate), then iterate over all events."""
+async def open_answer_stream(service: Any, slots: Any, lang: str,
+                             answer: Callable[[Ticket], Iterator[Event]]) -> AsyncIterator[Event]:
+    """A stream slot and a queue ticket now (503s otherwise), then `answer(ticket)`'s events via open_stream."""
+    release = slots.acquire()
+    try:
+        ticket = service.queue.reserve()  # on the event loop: the queue order is the arrival order
+    except BaseException:
+        release()
+        raise
+    return await open_stream(answer(ticket), lang, on_close=lambda: service.queue.cancel(ticket), release=release)
+
+
+async def open_stream(gen: Iterator[Event], lang: str, *, on_close: Callable[[], None] | None = None,
+                      release: Callable[[], None] | None = None) -> AsyncIterator[Event]:
+    """Start the producer, await the first event (errors propagate), then iterate over all events.
+    `on_close` runs when the consumer stops (done, failed or the client left); `release` when the producer
+    thread ends."""
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[object] = asyncio.Queue()
     stop = threading.Event()
@@ -78,11 +100,27 @@ async def open_stream(gen: Iterator[Event], lang: str) -> AsyncIterator[Event]:
         finally:
             gen.close()
             put(_END)
+            if release is not None:
+                release()
 
-    threading.Thread(target=produce, name="answer-stream", daemon=True).start()
-    first = await inbox.get()
-    if isinstance(first, _Failure):
+    def closed() -> None:
         stop.set()
+        if on_close is not None:
+            on_close()
+
+    try:
+        threading.Thread(target=produce, name="answer-stream", daemon=True).start()
+    except BaseException:
+        if release is not None:
+            release()
+        raise
+    try:
+        first = await inbox.get()
+    except BaseException:  # cancelled: the client left before the first event
+        closed()
+        raise
+    if isinstance(first, _Failure):
+        closed()
         raise first.exc
 
     async def events() -> AsyncIterator[Event]:
@@ -102,6 +140,6 @@ async def open_stream(gen: Iterator[Event], lang: str) -> AsyncIterator[Event]:
                     yield ev
                 item = await inbox.get()
         finally:
-            stop.set()
+            closed()
 
     return events()
