@@ -26,7 +26,7 @@ from .index.snapshot import IndexSnapshot, current_generation, current_meta
 from .lang import detect_language
 from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
-from .sessions import SessionStore
+from .sessions import SessionStorage, open_store
 from .settings import Settings, load_settings
 from .translate import QueryTranslator, create_translator
 from .types import Answer, Chunk, Event, Hit
@@ -46,9 +46,7 @@ class AssistantService:
         self._llm_lock = threading.Lock()  # the model: loading it must not block searches
         self._translator: QueryTranslator | None = None
         self._translator_lock = threading.Lock()
-        self.sessions = SessionStore(Path(self.settings.state_dir) / "assistant.db",
-                                     max_age_days=self.settings.session_max_age_days,
-                                     max_sessions=self.settings.session_max_count)
+        self.sessions: SessionStorage = open_store(self.settings)  # SQLite, or PostgreSQL for a database_url
         self.queue = GenerationQueue(self.settings.max_queue, self.settings.queue_timeout_s,
                                      self.settings.retry_after_s)
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)

@@ -1,4 +1,5 @@
-"""Sessions, messages and feedback in SQLite (survive a restart). History is bounded by tokens.
+"""Sessions, messages and feedback: the store's contract and logic, and its default backend, SQLite (survive a
+restart). History is bounded by tokens.
 
 Owns who may see a session. Only the store issues ids (128-bit random, 32 hex digits; rows from before
 carry 16); an id it never issued names nothing. Each session row has an `owner`: the owner id of the API key
@@ -9,7 +10,14 @@ sessions have no owner, so no key can see them.
 
 The database is in WAL mode with full syncs, private (0600 in a 0700 directory), and a turn (the question and
 its answer) is written in one transaction. Sessions older than the retention age, and the oldest beyond the
-retention count, are pruned when the store opens and every PRUNE_EVERY turns."""
+retention count, are pruned when the store opens and every PRUNE_EVERY turns.
+
+`SessionStorage` is the contract every backend meets (tests/test_contract_sessions.py runs it over each);
+`SqlSessions` holds the logic once, over a small dialect (placeholders, types, transactions); `SessionStore`
+is SQLite, `assistant.sessions_pg.PostgresSessionStore` PostgreSQL (ASSISTANT_DATABASE_URL); `open_store`
+picks one from the settings. The schema is versioned: MIGRATIONS are ordered steps recorded in the
+`schema_version` table, run when a store opens (each step is idempotent, so a file from before the table
+existed, or a step cut short, is brought up to date)."""
 from __future__ import annotations
 
 import json
@@ -18,31 +26,26 @@ import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import UserError
 from .private import private_dir, private_file
 from .text import rough_tokens
 
-PRUNE_EVERY = 50  # turns written between two prunings
+if TYPE_CHECKING:
+    from .settings import Settings
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL, owner TEXT);
-CREATE TABLE IF NOT EXISTS messages (
-    id TEXT PRIMARY KEY, session_id TEXT NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL,
-    extra TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS messages_session ON messages(session_id, created);
-CREATE TABLE IF NOT EXISTS feedback (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, message_id TEXT NOT NULL,
-    rating TEXT NOT NULL, comment TEXT NOT NULL DEFAULT '', created REAL NOT NULL);
-"""
+PRUNE_EVERY = 50  # turns written between two prunings
 
 
 ID_PATTERN = r"^[0-9a-f]{16}([0-9a-f]{16})?$"  # 32 hex digits; 16 in files from before
 _ID = re.compile(ID_PATTERN)
 # the owner matches, or the caller is the keyless local user (owner NULL), who sees every session
-_MINE = "(? IS NULL OR owner = ?)"
+_MINE = "(CAST(? AS TEXT) IS NULL OR owner = ?)"
 
 
 def new_id() -> str:
@@ -60,56 +63,181 @@ def unknown_session() -> UserError:
                      "（32 位十六进制）。", 404)
 
 
-class SessionStore:
-    def __init__(self, path: Path, *, max_age_days: float = 0, max_sessions: int = 0) -> None:
-        """`max_age_days` / `max_sessions`: retention (0 keeps everything)."""
-        private_dir(path.parent)
-        for suffix in ("", "-wal", "-shm"):  # SQLite gives its side files the database's mode; be sure anyway
-            p = path.with_name(path.name + suffix)
-            if suffix == "" or p.exists():
-                private_file(p)
-        self._db = sqlite3.connect(str(path), check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # a committed turn survives a power cut, not only a crash
-        self._db.executescript(_SCHEMA)
-        self._migrate()
+
+class SessionStorage(Protocol):
+    """What the service needs from a session store; every backend implements it (and the contract suite
+    checks it). `owner` everywhere: the caller's owner id, None for the keyless local user, who sees all."""
+
+    max_age_days: float
+    max_sessions: int
+
+    def ensure(self, session_id: str | None, owner: str | None = None) -> str: ...
+
+    def exists(self, session_id: str, owner: str | None = None) -> bool: ...
+
+    def add_turn(self, session_id: str, question: str, answer: str, extra: dict[str, Any] | None = None) -> str: ...
+
+    def history(self, session_id: str, token_budget: int) -> list[dict[str, str]]: ...
+
+    def get(self, session_id: str, owner: str | None = None) -> dict[str, Any] | None: ...
+
+    def delete(self, session_id: str, owner: str | None = None) -> bool: ...
+
+    def has_message(self, session_id: str, message_id: str, owner: str | None = None) -> bool: ...
+
+    def add_feedback(self, session_id: str, message_id: str, rating: str, comment: str = "") -> None: ...
+
+    def prune(self, now: float | None = None) -> int: ...
+
+    def schema_version(self) -> int: ...
+
+    def ping(self) -> None:
+        """Raise a UserError when the database cannot be reached (for /readyz)."""
+        ...
+
+    def export_rows(self) -> dict[str, list[tuple[Any, ...]]]: ...
+
+    def import_rows(self, rows: dict[str, list[tuple[Any, ...]]]) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
+class Db(Protocol):
+    """The part of a DB-API connection the logic uses, with `?` placeholders whatever the driver."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema; `apply` must be idempotent (files from before `schema_version` run it again)."""
+
+    version: int
+    what: str
+    apply: Callable[[SqlSessions, Db], None]
+
+
+def _create_tables(store: SqlSessions, db: Db) -> None:
+    real, serial = store.REAL, store.SERIAL
+    for sql in (
+        f"CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, created {real} NOT NULL, updated {real} NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS messages (id TEXT PRIMARY KEY, session_id TEXT NOT NULL, role TEXT NOT NULL, "
+        f"content TEXT NOT NULL, extra TEXT NOT NULL DEFAULT '{{}}', created {real} NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS messages_session ON messages(session_id, created)",
+        f"CREATE TABLE IF NOT EXISTS feedback (id {serial}, session_id TEXT NOT NULL, message_id TEXT NOT NULL, "
+        f"rating TEXT NOT NULL, comment TEXT NOT NULL DEFAULT '', created {real} NOT NULL)",
+    ):
+        db.execute(sql)
+
+
+def _add_owner(store: SqlSessions, db: Db) -> None:
+    store.add_column(db, "sessions", "owner", "TEXT")  # NULL: the keyless local user's
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "sessions, messages and feedback", _create_tables),
+    Migration(2, "sessions.owner: the owner id of the API key that made the session", _add_owner),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+# the copy's tables, their columns, and the columns that say two rows are one (feedback ids are the store's own)
+COPY_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "sessions": (("id", "created", "updated", "owner"), ("id",)),
+    "messages": (("id", "session_id", "role", "content", "extra", "created"), ("id",)),
+    "feedback": (("session_id", "message_id", "rating", "comment", "created"),
+                 ("session_id", "message_id", "rating", "comment", "created")),
+}
+
+
+class SqlSessions:
+    """The store's logic, once, in SQL both backends speak. A backend gives the dialect (column types,
+    adding a column, a schema lock) and `_read` / `_write`: the lock, a transaction, and a `Db`."""
+
+    REAL = "REAL"
+    SERIAL = "INTEGER PRIMARY KEY AUTOINCREMENT"
+
+    def __init__(self, *, max_age_days: float = 0, max_sessions: int = 0) -> None:
+        """`max_age_days` / `max_sessions`: retention (0 keeps everything). The backend connects first."""
         self._lock = threading.Lock()
         self.max_age_days = max_age_days
         self.max_sessions = max_sessions
         self._writes = 0
+        self._migrate()
         self.prune()
 
+    # ---- the dialect --------------------------------------------------------------------------
+    @contextmanager
+    def _write(self) -> Iterator[Db]:
+        """Under the lock, in one transaction (committed when the block ends, rolled back on error)."""
+        raise NotImplementedError
+        yield
+
+    @contextmanager
+    def _read(self) -> Iterator[Db]:
+        with self._write() as db:
+            yield db
+
+    def add_column(self, db: Db, table: str, column: str, decl: str) -> None:
+        raise NotImplementedError
+
+    def _lock_schema(self, db: Db) -> None:
+        """Keep two processes from migrating at once (inside the migration's transaction)."""
+
+    # ---- the schema ---------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        with self._write() as db:
+            self._lock_schema(db)
+            db.execute(f"CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                       f"applied {self.REAL} NOT NULL)")
+            current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+            if current > SCHEMA_VERSION:
+                raise UserError("schema_too_new", f"The sessions database has schema version {current}, newer than "
+                                f"this program knows ({SCHEMA_VERSION}): upgrade the program.",
+                                f"会话数据库的结构版本为 {current}，比本程序支持的（{SCHEMA_VERSION}）更新：请升级程序。", 500)
+            for step in MIGRATIONS:
+                if step.version > current:
+                    step.apply(self, db)
+                    db.execute("INSERT INTO schema_version (version, applied) VALUES (?, ?)",
+                               (step.version, time.time()))
+
+    def schema_version(self) -> int:
+        with self._read() as db:
+            return int(db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0])
+
+    def ping(self) -> None:
+        with self._read() as db:
+            db.execute("SELECT 1").fetchone()
+
+    # ---- retention ----------------------------------------------------------------------------
     def prune(self, now: float | None = None) -> int:
         """Delete the sessions (with their messages and feedback) beyond the retention age or count, least
         recently updated first; returns how many went."""
         now = time.time() if now is None else now
-        with self._lock, self._db:
+        with self._write() as db:
             doomed: set[str] = set()
             if self.max_age_days > 0:
                 cutoff = now - self.max_age_days * 86400
-                doomed.update(r[0] for r in self._db.execute("SELECT id FROM sessions WHERE updated < ?", (cutoff,)))
+                doomed.update(r[0] for r in db.execute("SELECT id FROM sessions WHERE updated < ?", (cutoff,)))
             if self.max_sessions > 0:
-                doomed.update(r[0] for r in self._db.execute(
-                    "SELECT id FROM sessions ORDER BY updated DESC, id LIMIT -1 OFFSET ?", (self.max_sessions,)))
-            for table, column in (("messages", "session_id"), ("feedback", "session_id"), ("sessions", "id")):
-                self._db.executemany(f"DELETE FROM {table} WHERE {column} = ?", [(i,) for i in doomed])
+                doomed.update(r[0] for r in db.execute(
+                    "SELECT id FROM sessions WHERE id NOT IN "
+                    "(SELECT id FROM sessions ORDER BY updated DESC, id LIMIT ?)", (self.max_sessions,)))
+            if doomed:
+                for table, column in (("messages", "session_id"), ("feedback", "session_id"), ("sessions", "id")):
+                    db.executemany(f"DELETE FROM {table} WHERE {column} = ?", [(i,) for i in doomed])
         return len(doomed)
 
-    def _migrate(self) -> None:
-        """Files from before sessions had owners get the column (NULL: the keyless local user's)."""
-        cols = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
-        if "owner" not in cols:
-            with self._db:
-                self._db.execute("ALTER TABLE sessions ADD COLUMN owner TEXT")
-
+    # ---- sessions and turns -------------------------------------------------------------------
     def ensure(self, session_id: str | None, owner: str | None = None) -> str:
         """A new session for `owner` (session_id None), or `session_id` when it exists and is the owner's;
         anything else is a 404 UserError (a client never chooses an id)."""
         if session_id is None:
             sid, now = new_id(), time.time()
-            with self._lock, self._db:
-                self._db.execute("INSERT INTO sessions (id, created, updated, owner) VALUES (?, ?, ?, ?)",
-                                 (sid, now, now, owner))
+            with self._write() as db:
+                db.execute("INSERT INTO sessions (id, created, updated, owner) VALUES (?, ?, ?, ?)",
+                           (sid, now, now, owner))
             return sid
         if not self.exists(session_id, owner):
             raise unknown_session()
@@ -118,29 +246,30 @@ class SessionStore:
     def exists(self, session_id: str, owner: str | None = None) -> bool:
         if not valid_id(session_id):
             return False
-        with self._lock:
-            return self._db.execute(f"SELECT 1 FROM sessions WHERE id = ? AND {_MINE}",
-                                    (session_id, owner, owner)).fetchone() is not None
+        with self._read() as db:
+            return db.execute(f"SELECT 1 FROM sessions WHERE id = ? AND {_MINE}",
+                              (session_id, owner, owner)).fetchone() is not None
 
     def add_turn(self, session_id: str, question: str, answer: str, extra: dict[str, Any] | None = None) -> str:
         """Write a question and its answer in one transaction (both or neither); returns the answer's id."""
         qid, mid = new_id(), new_id()
         now = time.time()
         insert = "INSERT INTO messages (id, session_id, role, content, extra, created) VALUES (?, ?, ?, ?, ?, ?)"
-        with self._lock, self._db:
-            self._db.execute(insert, (qid, session_id, "user", question, "{}", now))
-            self._db.execute(insert, (mid, session_id, "assistant", answer,
-                                      json.dumps(extra or {}, ensure_ascii=False), now + 1e-6))
-            self._db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
+        with self._write() as db:
+            db.execute(insert, (qid, session_id, "user", question, "{}", now))
+            db.execute(insert, (mid, session_id, "assistant", answer,
+                                json.dumps(extra or {}, ensure_ascii=False), now + 1e-6))
+            db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
             self._writes += 1
-        if self._writes % PRUNE_EVERY == 0:
+            due = self._writes % PRUNE_EVERY == 0
+        if due:
             self.prune()
         return mid
 
     def history(self, session_id: str, token_budget: int) -> list[dict[str, str]]:
         """The latest turns that fit in token_budget, oldest first (role/content pairs)."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT role, content FROM messages WHERE session_id = ? ORDER BY created DESC", (session_id,)
             ).fetchall()
         out: list[dict[str, str]] = []
@@ -156,16 +285,16 @@ class SessionStore:
     def get(self, session_id: str, owner: str | None = None) -> dict[str, Any] | None:
         if not valid_id(session_id):
             return None
-        with self._lock:
-            s = self._db.execute(f"SELECT id, created, updated FROM sessions WHERE id = ? AND {_MINE}",
-                                 (session_id, owner, owner)).fetchone()
+        with self._read() as db:
+            s = db.execute(f"SELECT id, created, updated FROM sessions WHERE id = ? AND {_MINE}",
+                           (session_id, owner, owner)).fetchone()
             if not s:
                 return None
-            msgs = self._db.execute(
+            msgs = db.execute(
                 "SELECT id, role, content, extra, created FROM messages WHERE session_id = ? ORDER BY created",
                 (session_id,),
             ).fetchall()
-            fb = self._db.execute(
+            fb = db.execute(
                 "SELECT message_id, rating, comment, created FROM feedback WHERE session_id = ? ORDER BY id",
                 (session_id,),
             ).fetchall()
@@ -178,30 +307,95 @@ class SessionStore:
     def delete(self, session_id: str, owner: str | None = None) -> bool:
         if not valid_id(session_id):
             return False
-        with self._lock, self._db:
-            n = self._db.execute(f"DELETE FROM sessions WHERE id = ? AND {_MINE}", (session_id, owner, owner)).rowcount
+        with self._write() as db:
+            n = db.execute(f"DELETE FROM sessions WHERE id = ? AND {_MINE}", (session_id, owner, owner)).rowcount
             if n == 0:
                 return False
-            self._db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            self._db.execute("DELETE FROM feedback WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM feedback WHERE session_id = ?", (session_id,))
         return n > 0
 
     def has_message(self, session_id: str, message_id: str, owner: str | None = None) -> bool:
         """True when the message is in the session and the session is the owner's."""
         if not (valid_id(session_id) and valid_id(message_id)):
             return False
-        with self._lock:
-            return self._db.execute(
+        with self._read() as db:
+            return db.execute(
                 "SELECT 1 FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id = ? AND m.session_id = ?"
-                " AND (? IS NULL OR s.owner = ?)", (message_id, session_id, owner, owner)
+                " AND (CAST(? AS TEXT) IS NULL OR s.owner = ?)", (message_id, session_id, owner, owner)
             ).fetchone() is not None
 
     def add_feedback(self, session_id: str, message_id: str, rating: str, comment: str = "") -> None:
-        with self._lock, self._db:
-            self._db.execute(
+        with self._write() as db:
+            db.execute(
                 "INSERT INTO feedback (session_id, message_id, rating, comment, created) VALUES (?, ?, ?, ?, ?)",
                 (session_id, message_id, rating, comment, time.time()),
             )
 
+    # ---- copying between stores (assistant db copy) -------------------------------------------
+    def export_rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of sessions, messages and feedback (the columns of COPY_TABLES), in one snapshot."""
+        with self._read() as db:
+            return {table: [tuple(r) for r in db.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY id")]
+                    for table, (cols, _key) in COPY_TABLES.items()}
+
+    def import_rows(self, rows: dict[str, list[tuple[Any, ...]]]) -> dict[str, int]:
+        """Add the rows another store exported, in one transaction, skipping those already here (by id, and
+        feedback by all its columns): importing twice adds nothing. Returns the rows added per table."""
+        added: dict[str, int] = {}
+        with self._write() as db:
+            for table, (cols, key) in COPY_TABLES.items():
+                before = db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                match = " AND ".join(f"t.{k} = ?" for k in key)
+                db.executemany(
+                    f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join('?' for _ in cols)} "
+                    f"WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {match})",
+                    [(*row, *(row[cols.index(k)] for k in key)) for row in rows.get(table, [])])
+                added[table] = db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] - before
+        return added
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SessionStore(SqlSessions):
+    """The default backend: one SQLite file in the state directory (WAL, full syncs, 0600)."""
+
+    def __init__(self, path: Path, *, max_age_days: float = 0, max_sessions: int = 0) -> None:
+        """`max_age_days` / `max_sessions`: retention (0 keeps everything)."""
+        private_dir(path.parent)
+        for suffix in ("", "-wal", "-shm"):  # SQLite gives its side files the database's mode; be sure anyway
+            p = path.with_name(path.name + suffix)
+            if suffix == "" or p.exists():
+                private_file(p)
+        self._db = sqlite3.connect(str(path), check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")  # a committed turn survives a power cut, not only a crash
+        super().__init__(max_age_days=max_age_days, max_sessions=max_sessions)
+
+    @contextmanager
+    def _write(self) -> Iterator[Db]:
+        with self._lock, self._db:
+            yield self._db
+
+    @contextmanager
+    def _read(self) -> Iterator[Db]:
+        with self._lock:
+            yield self._db
+
+    def add_column(self, db: Db, table: str, column: str, decl: str) -> None:
+        if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+
     def close(self) -> None:
         self._db.close()
+
+
+def open_store(settings: Settings) -> SessionStorage:
+    """The store the settings name: PostgreSQL for a `database_url`, else SQLite in the state directory."""
+    retention = {"max_age_days": settings.session_max_age_days, "max_sessions": settings.session_max_count}
+    if settings.database_url:
+        from .sessions_pg import PostgresSessionStore
+
+        return PostgresSessionStore(settings.database_url, **retention)
+    return SessionStore(Path(settings.state_dir) / "assistant.db", **retention)

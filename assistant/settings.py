@@ -84,6 +84,11 @@ class Settings(BaseSettings):
     openai_model: str = ""
     openai_api_key: str = ""
 
+    # the sessions database (assistant/sessions.py); empty: SQLite in state_dir
+    database_url: str = Field(default="", repr=False, description="postgresql://user:password@host:port/db keeps "
+                              "sessions and feedback in PostgreSQL (the [postgres] extra), shared by replicas; "
+                              "empty: SQLite in state_dir")
+
     # retrieval and answers
     top_k: int = 5
     context_token_budget: int = 225  # chosen from the measured recall-vs-prompt curve: docs/performance.md
