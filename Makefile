@@ -15,11 +15,11 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_NATIVE ?=
 LLAMA_FLAGS := $(if $(filter 1 yes true,$(LLAMA_NATIVE)),--native,)
 
-.PHONY: help install llama rebuild-llama doctor install-torch browser-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
+.PHONY: help install llama rebuild-llama doctor install-torch browser-deps postgres-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
 
 help:
 	@echo "make run        install everything, prepare the model, build the index, serve UI + API on http://$(HOST):$(PORT)"
-	@echo "make test       install everything (incl. Chromium for the browser test) and run the tests"
+	@echo "make test       install everything (incl. Chromium for the browser test, PostgreSQL for the sessions suite) and run the tests"
 	@echo "make test-all   also the slow tests (transformers backend, full API round trips)"
 	@echo "make eval       full evaluation with the default model -> eval/out/latest/report.html"
 	@echo "make bench      retrieval, API latency and speed benchmarks"
@@ -63,6 +63,14 @@ browser-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-zenhei >/dev/null; \
 	fi
 
+# The PostgreSQL that tests/pgserver.py starts for the sessions contract suite (initdb in a temp dir, as the
+# postgres user); only the binaries are needed, no cluster of the package's own is used.
+postgres-deps:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "installing Debian postgresql for the sessions contract suite"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	fi
+
 model: install
 	$(BIN)/assistant model prepare default fast
 
@@ -75,7 +83,7 @@ run: index
 serve:
 	$(BIN)/assistant serve --host $(HOST) --port $(PORT)
 
-test: install browser-deps
+test: install browser-deps postgres-deps
 	$(BIN)/assistant model prepare fast
 	$(BIN)/pytest -m "not slow"
 

@@ -212,6 +212,40 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return exit_code(checks)
 
 
+def cmd_db_copy(args: argparse.Namespace) -> int:
+    """Copy a SQLite state directory's sessions, messages and feedback into PostgreSQL; rows already there are
+    skipped, so running it again adds nothing."""
+    from .sessions import SessionStore
+    from .sessions_pg import PostgresSessionStore, redact
+
+    src_path = Path(args.from_sqlite)
+    if src_path.is_dir():
+        src_path = src_path / "assistant.db"
+    if not src_path.is_file():
+        raise UserError("path_not_found", f"No sessions database at {src_path}: give a state directory "
+                        "(with assistant.db) or the file.", f"{src_path} 没有会话数据库：请给出状态目录"
+                        "（含 assistant.db）或该文件。")
+    url = args.to or _settings(args).database_url
+    if not url:
+        raise UserError("no_database_url", "Say where to copy to: --to postgresql://... or ASSISTANT_DATABASE_URL.",
+                        "请指定目标：--to postgresql://... 或 ASSISTANT_DATABASE_URL。")
+    src = SessionStore(src_path)  # no retention here: everything is copied, nothing pruned
+    try:
+        dst = PostgresSessionStore(url)
+        try:
+            added = dst.import_rows(src.export_rows())
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    if args.json:
+        _print_json({"from": str(src_path), "to": redact(url), "added": added})
+    else:
+        print(f"Copied {src_path} to {redact(url)}: {added['sessions']} sessions, {added['messages']} messages, "
+              f"{added['feedback']} feedback rows added (rows already there were skipped).")
+    return 0
+
+
 # ---- parser --------------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index-dir", help="index directory (env ASSISTANT_INDEX_DIR; default ./index)")
@@ -306,6 +340,16 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--no-selfcheck", action="store_true", help="skip the engine self-check (a test prompt of a few "
                    "hundred tokens through llama.cpp in a child process)")
     m.set_defaults(func=cmd_model)
+
+    db = sub.add_parser("db", help="the sessions database: copy a SQLite state directory into PostgreSQL")
+    dsub = db.add_subparsers(dest="db_command", required=True)
+    dc = dsub.add_parser("copy", help="copy sessions, messages and feedback (idempotent: a second run adds nothing)")
+    dc.add_argument("--from-sqlite", required=True, metavar="STATE_DIR",
+                    help="a state directory (its assistant.db) or a sessions .db file")
+    dc.add_argument("--to", metavar="URL", help="postgresql://user:password@host:port/db "
+                    "(default: ASSISTANT_DATABASE_URL)")
+    dc.add_argument("--json", action="store_true", help="print the rows added per table as JSON")
+    dc.set_defaults(func=cmd_db_copy)
 
     from .doctor import CHECKS
 

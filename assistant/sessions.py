@@ -393,9 +393,9 @@ class SessionStore(SqlSessions):
 
 def open_store(settings: Settings) -> SessionStorage:
     """The store the settings name: PostgreSQL for a `database_url`, else SQLite in the state directory."""
-    retention = {"max_age_days": settings.session_max_age_days, "max_sessions": settings.session_max_count}
+    age, count = settings.session_max_age_days, settings.session_max_count
     if settings.database_url:
         from .sessions_pg import PostgresSessionStore
 
-        return PostgresSessionStore(settings.database_url, **retention)
-    return SessionStore(Path(settings.state_dir) / "assistant.db", **retention)
+        return PostgresSessionStore(settings.database_url, max_age_days=age, max_sessions=count)
+    return SessionStore(Path(settings.state_dir) / "assistant.db", max_age_days=age, max_sessions=count)

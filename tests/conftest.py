@@ -83,3 +83,24 @@ def fast_server(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory):
     srv.start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL on a free loopback port for the whole session (tests/pgserver.py), stopped by PID."""
+    from pgserver import PgServer, postgres_bindir
+
+    bindir = postgres_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL binaries not found under /usr/lib/postgresql/*/bin: run `make postgres-deps`")
+    pytest.importorskip("psycopg", reason="psycopg is not installed: pip install -e '.[postgres]'")
+    srv = PgServer(bindir).start()
+    print(f"\nPostgreSQL started in {srv.start_seconds:.2f} s on port {srv.port}")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def pg_url(pg_server) -> str:
+    """The URL of a fresh, empty PostgreSQL database for one test."""
+    return pg_server.create_database()
