@@ -102,6 +102,13 @@ class PostgresSessionStore(SqlSessions):
             except self._psycopg.OperationalError as exc:  # the server went away mid-call: reconnect next time
                 raise unreachable(self._url, exc) from None
 
+    def ping(self) -> None:
+        """A query; a connection the server dropped is noticed by the first try and reopened by the second."""
+        try:
+            super().ping()
+        except UserError:
+            super().ping()
+
     def add_column(self, db: Db, table: str, column: str, decl: str) -> None:
         db.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {decl}")
 

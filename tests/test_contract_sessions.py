@@ -351,9 +351,10 @@ def test_a_dropped_connection_is_reopened(pg_server, pg_url: str) -> None:
     store.close()
 
 
-def test_the_api_on_postgresql(scripted_service, pg_url: str, monkeypatch) -> None:
+def test_the_api_on_postgresql(scripted_service, pg_server, pg_url: str, monkeypatch) -> None:
     """Ask, continue the session, give feedback, read it back, through the in-process HTTP API, with
-    ASSISTANT_DATABASE_URL naming the test PostgreSQL; a second service (a restart) reads the same rows."""
+    ASSISTANT_DATABASE_URL naming the test PostgreSQL; /readyz is 503 while the database refuses connections;
+    a second service (a restart) reads the same rows."""
     import psycopg
     from fastapi.testclient import TestClient
 
@@ -377,6 +378,18 @@ def test_the_api_on_postgresql(scripted_service, pg_url: str, monkeypatch) -> No
         assert [m["role"] for m in sess["messages"]] == ["user", "assistant"] * 2
         assert sess["messages"][2]["content"] == "And what does stage 3 add?" and sess["messages"][3]["id"] == mid
         assert sess["feedback"][0]["message_id"] == mid and sess["feedback"][0]["comment"] == "good"
+        # /readyz follows the database: refuse new connections and drop this one, then allow them again
+        assert http.get("/readyz").json() == {"status": "ready"}
+        dbname = pg_url.rsplit("/", 1)[1]
+        with psycopg.connect(pg_server.url(user="postgres"), autocommit=True) as admin:
+            admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS false")
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (dbname,))
+            r = http.get("/readyz", headers={"accept-language": "zh"})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "database_unavailable", r.text
+            assert "无法使用会话数据库" in r.json()["error"]["message"] and pg_server.password not in r.text
+            admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
+        assert http.get("/readyz").json() == {"status": "ready"}
+        assert len(http.get(f"/api/sessions/{sid}").json()["messages"]) == 4
     finally:
         svc.close()
     with psycopg.connect(pg_url) as db:  # the rows are in PostgreSQL, not in a SQLite file

@@ -147,12 +147,17 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@health.get("/readyz", summary="200 once the index and model are loaded, else 503")
+@health.get("/readyz", summary="200 once the index and model are loaded and the sessions database answers, else 503")
 async def readyz(request: Request, service: ServiceDep) -> JSONResponse:
+    lang = request_lang(request)
     if service.ready():
+        try:
+            await run_in_threadpool(service.sessions.ping)
+        except UserError as db_err:  # a replica whose database is unreachable is not ready
+            return JSONResponse({"status": "unavailable", "error": {"code": db_err.code,
+                                 "message": db_err.message(lang)}}, status_code=503)
         return JSONResponse({"status": "ready"})
     err = getattr(request.app.state, "load_error", None)
-    lang = request_lang(request)
     message = err.message(lang) if err is not None else ("模型加载中…" if lang == "zh" else "Loading the model…")
     return JSONResponse({"status": "failed" if err else "loading", "error": {
         "code": err.code if err else "not_ready", "message": message}}, status_code=503)
