@@ -178,7 +178,7 @@ def test_ask_json_cited_answer_sessions_and_feedback(http: TestClient, service) 
     ans = r.json()
     assert set(ans) == {"answer", "citations", "refused", "language", "session_id", "message_id", "timings", "usage",
                         "queue"}  # a generated answer also says how long it waited for the model
-    assert ans["queue"]["wait_ms"] >= 0 and ans["queue"]["ticket"] >= 1
+    assert ans["queue"]["wait_ms"] >= 0 and ans["queue"]["ticket"] >= 0
     assert ans["refused"] is False and ans["language"] == "zh"
     cited = {c["n"] for c in ans["citations"]}
     assert cited and cited <= {1, 2} and all(f"[{n}]" in ans["answer"] for n in cited)  # the checker kept them
