@@ -42,11 +42,18 @@ class Source:
     attribution: str
     paths: tuple[PathSpec, ...]
     framework: str = ""
+    web: str = ""  # the repository's page on GitHub when `repo` is not one (a mirror, a file:// test repository)
 
     def web_url(self, commit: str, path: str) -> str:
-        """The file at the commit on its forge (GitHub blob URL), or '' for a repository that is not on GitHub."""
-        m = re.match(r"^https://github\.com/([^/]+)/([^/]+?)(?:\.git)?/?$", self.repo)
+        """The file at the commit on GitHub (a blob URL a user can open), or '' for a repository elsewhere."""
+        m = re.match(r"^https://github\.com/([^/]+)/([^/]+?)(?:\.git)?/?$", self.web or self.repo)
         return f"https://github.com/{m.group(1)}/{m.group(2)}/blob/{commit}/{path}" if m else ""
+
+    def lines_url(self, commit: str, path: str) -> str:
+        """web_url with a `{start}`/`{end}` line anchor to fill in (plain view: GitHub renders .md/.rst/.ipynb
+        otherwise, and a rendered page has no line anchors)."""
+        url = self.web_url(commit, path)
+        return url + "?plain=1#L{start}-L{end}" if url else ""
 
 
 def _bad(what: str, where: Path) -> UserError:
@@ -82,7 +89,8 @@ def load_manifest(path: Path = MANIFEST) -> list[Source]:
         if not raw.get("repo") or not specs:
             raise _bad(f"source {sid}: needs a repo and paths", path)
         out.append(Source(sid, str(raw["repo"]), commit, str(raw.get("licence", "")),
-                          str(raw.get("attribution", "")).strip(), tuple(specs), str(raw.get("framework", ""))))
+                          str(raw.get("attribution", "")).strip(), tuple(specs), str(raw.get("framework", "")),
+                          str(raw.get("web", ""))))
     if len({s.id for s in out}) != len(out):
         raise _bad("duplicate source ids", path)
     return out
