@@ -59,9 +59,11 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     for p in roots:
         if not p.exists():
             raise UserError("path_not_found", f"Path not found: {p}", f"路径不存在：{p}")
-    emb = create_embedder(s.embedder, s.threads)
     def log(message: str) -> None:
         print(message, file=sys.stderr)
+
+    roots = _without_shadowed(roots, s, [Path(p).resolve() for p in (args.docs or [])], log)
+    emb = create_embedder(s.embedder, s.threads)
 
     report = build_index(index_dir, roots, emb, chunk_tokens=args.chunk_tokens, progress=not args.no_progress, log=log)
     if args.json:
@@ -78,6 +80,27 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         for path, reason in report.skipped:
             print(f"  {path}: {reason}")
     return 0
+
+
+def _without_shadowed(roots: list[Path], s: Settings, given: list[Path], log: Any) -> list[Path]:
+    """Drop the folders whose pages would have the synced cache's source names (another `framework-docs`
+    folder, e.g. ../shared/framework-docs from an earlier --docs): indexed both, each page would be there twice."""
+    from .corpus.sync import DOCS_FOLDER, docs_root, has_synced_docs
+
+    if s.corpus_cache_dir is None or not has_synced_docs(s.corpus_cache_dir):
+        return roots
+    synced = docs_root(s.corpus_cache_dir).resolve()
+    if synced not in roots:
+        return roots
+    kept = []
+    for r in roots:
+        if r != synced and r.name == DOCS_FOLDER:
+            if r in given:
+                log(f"{r}: not indexed, the synced official docs in {synced} have the same pages (take this "
+                    f"folder's copies with: assistant corpus sync --mirror {r})")
+            continue
+        kept.append(r)
+    return kept
 
 
 def cmd_index_stats(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ present) a mirror sync + index build in which a docs question finds the official
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -180,3 +181,48 @@ def test_the_repository_manifest_covers_the_shared_mirror(shared_docs: Path) -> 
     pins = json.loads((REPO / "corpus/sources.lock.json").read_text())["files"]
     assert {f"{e['id']}/{e['path']}" for e in pins} == on_disk
     assert all(sha256((shared_docs / e["id"] / e["path"]).read_bytes()) == e["sha256"] for e in pins)
+
+
+@pytest.mark.slow  # embeds corpus/ + one source: about 40 s of CPU, 2 min on a busy machine
+def test_mirror_sync_then_default_build_finds_the_official_page(tmp_path: Path, shared_docs: Path, monkeypatch,
+                                                                capsys) -> None:
+    """From a fresh install: `corpus sync --mirror` + `index build` (no --docs) -> a docs question is answered
+    from the official page, whose passages link upstream at the pinned commit with their licence. One source
+    (jax) keeps it quick; the gold path comes from eval/gold_fact.jsonl."""
+    from assistant.cli import main
+    from assistant.service import AssistantService
+    from assistant.settings import load_settings
+
+    case = next(json.loads(ln) for ln in (REPO / "eval/gold_fact.jsonl").read_text().splitlines()
+                if json.loads(ln)["id"] == "fact-zh-16")
+    gold = [s for s in case["source_files"] if s.startswith("framework-docs/")]
+    monkeypatch.setenv("ASSISTANT_CORPUS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ASSISTANT_INDEX_DIR", str(tmp_path / "index"))
+    monkeypatch.setenv("ASSISTANT_STATE_DIR", str(tmp_path / "state"))
+    assert main(["corpus", "sync", "--mirror", str(shared_docs), "--source", "jax"]) == 0
+    assert main(["corpus", "sync", "--mirror", str(shared_docs), "--source", "jax"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    # also given another framework-docs folder (as `make index` did with ../shared/framework-docs): its pages
+    # have the synced pages' source names, so it is left out and each page is indexed once
+    other = tmp_path / "elsewhere" / "framework-docs"
+    shutil.copytree(shared_docs / "jax", other / "jax")
+    assert main(["index", "build", "--no-progress", "--json", "--docs", str(other)]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["chunks"] > 0 and "not indexed" in out.err
+
+    svc = AssistantService(load_settings(model="scripted", backend="scripted"))
+    hits = svc.search(case["question"], k=5)
+    sources = [h.chunk.source for h in hits]
+    assert any(s.endswith(g) for s in sources for g in gold), sources
+    page = next(h.chunk for h in hits if h.chunk.source.startswith("framework-docs/jax/"))
+    commit = next(p.commit for s in load_manifest() if s.id == "jax" for p in s.paths)
+    path = page.source.removeprefix("framework-docs/jax/")
+    assert page.url == (f"https://github.com/jax-ml/jax/blob/{commit}/{path}"
+                        f"?plain=1#L{page.lines[0]}-L{page.lines[1]}")
+    assert page.licence == "Apache-2.0"
+    chunks = svc.retriever.snap.chunks
+    assert len({c.source for c in chunks if c.source.startswith("framework-docs/jax/")}) == 6  # its 7 files, LICENSE aside
+    assert not any("elsewhere" in c.source for c in chunks)
+    article = next(c for c in chunks if c.is_article)
+    assert article.publisher == "AI门户网" and article.date == "2026-03-27"
+    svc.close()

@@ -366,3 +366,31 @@ def _commit(got: list[_Got], sources: list[Source], old: dict[str, Any], root: P
     replace_durably(root / CACHE_LOCK, json.dumps(
         {"about": "What `assistant corpus sync` put in this folder (see assistant/corpus/sync.py).",
          "sources": srcs, "files": [files[k] for k in sorted(files)]}, indent=1, ensure_ascii=False) + "\n")
+
+
+# ---- provenance for the loader -------------------------------------------------------------------------------
+_PROVENANCE: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def provenance(path: Path, root: Path) -> dict[str, str]:
+    """Where a file of a synced docs folder comes from (url, lines_url, licence, attribution, commit), from the
+    folder's cache lock; {} for any other file."""
+    f = Path(root) / CACHE_LOCK
+    try:
+        key = (str(f), f.stat().st_mtime_ns)
+    except OSError:
+        return {}
+    if key not in _PROVENANCE:
+        _PROVENANCE.clear()
+        _PROVENANCE[key] = read_cache_lock(Path(root))
+    lock = _PROVENANCE[key]
+    try:
+        e = lock["files"].get(Path(path).resolve().relative_to(Path(root).resolve()).as_posix())
+    except ValueError:
+        return {}
+    if not e:
+        return {}
+    src = lock["sources"].get(e["id"], {})
+    return {k: str(v) for k, v in {"url": e.get("url", ""), "lines_url": e.get("lines_url", ""),
+                                   "licence": e.get("licence", ""), "attribution": src.get("attribution", ""),
+                                   "commit": e.get("commit", "")}.items() if v}
