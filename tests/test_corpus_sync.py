@@ -226,3 +226,30 @@ def test_mirror_sync_then_default_build_finds_the_official_page(tmp_path: Path, 
     article = next(c for c in chunks if c.is_article)
     assert article.publisher == "AI门户网" and article.date == "2026-03-27"
     svc.close()
+
+
+def test_synced_chunks_link_upstream_and_the_sources_panel_shows_it(tmp_path: Path, upstream) -> None:
+    from assistant.ingest import chunk_document, discover, load_document
+    from assistant.types import Chunk
+    from ui.web import TEXT, provenance_html
+
+    repo, c1, _ = upstream
+    cache = tmp_path / "cache"
+    run(manifest(tmp_path, repo, c1, ["LICENSE", "docs/guide/zero.md"]), cache)
+    root = docs_root(cache)
+    files = discover([root])
+    assert [f.relative_to(root).as_posix() for f, _ in files] == ["deepspeed/docs/guide/zero.md"]  # LICENSE, lock: no
+    doc = load_document(*files[0])
+    assert doc.source == "framework-docs/deepspeed/docs/guide/zero.md"
+    chunks = chunk_document(doc)
+    assert chunks and all(c.licence == "Apache-2.0" for c in chunks)
+    a, b = chunks[0].lines
+    assert chunks[0].url == f"https://github.com/example/ds/blob/{c1}/docs/guide/zero.md?plain=1#L{a}-L{b}"
+
+    shown = provenance_html(chunks[0], TEXT["en"])
+    assert f'href="https://github.com/example/ds/blob/{c1}/docs/guide/zero.md?plain=1#L{a}-L{b}"' in shown
+    assert 'rel="noopener noreferrer nofollow"' in shown and "licence: Apache-2.0" in shown
+    evil = Chunk("x", "t", "corpus/x.md", "T", (), "en", (), (1, 2), url="javascript:alert(1)",
+                 publisher="<b>AI门户网</b>", date="2026-03-27")
+    shown = provenance_html(evil, TEXT["zh"])
+    assert "href" not in shown and "<b>" not in shown and "&lt;b&gt;AI门户网&lt;/b&gt; · 2026-03-27" in shown
