@@ -3,8 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The official docs (corpus/sources.yaml) come from upstream when the network is there, else from this folder.
 SHARED_DOCS := $(wildcard ../shared/framework-docs)
-DOCS_ARGS := $(if $(SHARED_DOCS),--docs $(SHARED_DOCS),)
+PROBE_REPO ?= https://github.com/jax-ml/jax
 HOST ?= 127.0.0.1
 PORT ?= 7860
 
@@ -15,7 +16,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_NATIVE ?=
 LLAMA_FLAGS := $(if $(filter 1 yes true,$(LLAMA_NATIVE)),--native,)
 
-.PHONY: help install llama rebuild-llama doctor install-torch browser-deps postgres-deps model index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
+.PHONY: help install llama rebuild-llama doctor install-torch browser-deps postgres-deps model corpus index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
 
 help:
 	@echo "make run        install everything, prepare the model, build the index, serve UI + API on http://$(HOST):$(PORT)"
@@ -74,8 +75,17 @@ postgres-deps:
 model: install
 	$(BIN)/assistant model prepare default fast
 
-index: model
-	$(BIN)/assistant index build $(DOCS_ARGS)
+# Sync the official docs into the local docs cache (the default index includes it): upstream when a quick
+# `git ls-remote` answers, else from ../shared/framework-docs, else one line and on without them.
+corpus: install
+	@if GIT_TERMINAL_PROMPT=0 timeout 8 git ls-remote $(PROBE_REPO) HEAD >/dev/null 2>&1 \
+		&& $(BIN)/assistant corpus sync; then :; \
+	elif [ -n "$(SHARED_DOCS)" ]; then $(BIN)/assistant corpus sync --mirror $(SHARED_DOCS); \
+	else echo "official docs not synced: no network and no ../shared/framework-docs; the index has corpus/ only." \
+		"Later: assistant corpus sync (or --mirror DIR), then assistant index build"; fi
+
+index: model corpus
+	$(BIN)/assistant index build
 
 run: index
 	$(BIN)/assistant serve --host $(HOST) --port $(PORT)
@@ -96,9 +106,9 @@ eval: index
 	$(BIN)/assistant eval --set eval/gold_fact.jsonl --set eval/gold_recommend.jsonl --set eval/gold_followup.jsonl \
 		--set eval/gold_out_of_scope.jsonl --set eval/gold_adversarial.jsonl --set eval/advisor.jsonl --out eval/out/latest
 
-eval-smoke: install
+eval-smoke: install corpus
 	$(BIN)/assistant model prepare fast
-	ASSISTANT_MODEL=fast $(BIN)/assistant index build $(DOCS_ARGS) --no-progress
+	ASSISTANT_MODEL=fast $(BIN)/assistant index build --no-progress
 	# judge=support: the 0.5B model is no judge (it answers "no" to everything, docs/evaluation.md) and its
 	# verdicts swing a 12-case gate by +-0.25; the support score is deterministic
 	ASSISTANT_MODEL=fast $(BIN)/assistant eval --set eval/smoke.jsonl --out eval/out/smoke --judge support

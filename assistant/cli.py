@@ -59,9 +59,11 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     for p in roots:
         if not p.exists():
             raise UserError("path_not_found", f"Path not found: {p}", f"路径不存在：{p}")
-    emb = create_embedder(s.embedder, s.threads)
     def log(message: str) -> None:
         print(message, file=sys.stderr)
+
+    roots = _without_shadowed(roots, s, [Path(p).resolve() for p in (args.docs or [])], log)
+    emb = create_embedder(s.embedder, s.threads)
 
     report = build_index(index_dir, roots, emb, chunk_tokens=args.chunk_tokens, progress=not args.no_progress, log=log)
     if args.json:
@@ -80,6 +82,27 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _without_shadowed(roots: list[Path], s: Settings, given: list[Path], log: Any) -> list[Path]:
+    """Drop the folders whose pages would have the synced cache's source names (another `framework-docs`
+    folder, e.g. ../shared/framework-docs from an earlier --docs): indexed both, each page would be there twice."""
+    from .corpus.sync import DOCS_FOLDER, docs_root, has_synced_docs
+
+    if s.corpus_cache_dir is None or not has_synced_docs(s.corpus_cache_dir):
+        return roots
+    synced = docs_root(s.corpus_cache_dir).resolve()
+    if synced not in roots:
+        return roots
+    kept = []
+    for r in roots:
+        if r != synced and r.name == DOCS_FOLDER:
+            if r in given:
+                log(f"{r}: not indexed, the synced official docs in {synced} have the same pages (take this "
+                    f"folder's copies with: assistant corpus sync --mirror {r})")
+            continue
+        kept.append(r)
+    return kept
+
+
 def cmd_index_stats(args: argparse.Namespace) -> int:
     st = _service(args).stats()
     if args.json:
@@ -91,6 +114,35 @@ def cmd_index_stats(args: argparse.Namespace) -> int:
     print("frameworks: " + ", ".join(f"{k} {v}" for k, v in st["frameworks"].items()))
     if st["skipped"]:
         print(f"skipped at build: {len(st['skipped'])}")
+    return 0
+
+
+# ---- corpus --------------------------------------------------------------------------------------
+def cmd_corpus_sync(args: argparse.Namespace) -> int:
+    from .corpus.manifest import PINNED_LOCK, load_manifest, select
+    from .corpus.sync import docs_root, sync
+
+    s = _settings(args)
+    cache = Path(args.cache_dir) if args.cache_dir else Path(s.corpus_cache_dir or s.cache_dir / "corpus")
+    every = load_manifest(Path(args.manifest)) if args.manifest else load_manifest()
+    chosen = select(every, args.source)
+    report = sync(chosen, cache, mirror=Path(args.mirror) if args.mirror else None,
+                  pinned_lock=Path(args.pinned_lock) if args.pinned_lock else PINNED_LOCK,
+                  log=lambda m: print(m, file=sys.stderr), manifest_ids=None if args.source else {x.id for x in every})
+    if args.json:
+        _print_json(report.to_dict())
+        return 0
+    where = docs_root(cache)
+    if report.nothing_changed:
+        print(f"Corpus up to date: {report.unchanged} files of {len(chosen)} source(s) in {where}, nothing fetched "
+              f"({report.seconds:.2f} s).")
+    else:
+        rate = len(report.fetched) / report.seconds if report.seconds else 0.0
+        print(f"Synced {len(report.fetched)} file(s) ({report.bytes / 1e6:.2f} MB, {rate:.0f} files/s) from "
+              f"{report.origin}; {report.unchanged} unchanged, {len(report.removed)} removed -> {where} "
+              f"({report.seconds:.1f} s). Run 'assistant index build' to index them.")
+    for line in report.differs:
+        print(f"  differs: {line}")
     return 0
 
 
@@ -287,6 +339,19 @@ def build_parser() -> argparse.ArgumentParser:
     _common(st)
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_index_stats)
+
+    c = sub.add_parser("corpus", help="the official documentation: fetch it into the local docs cache")
+    csub = c.add_subparsers(dest="corpus_command", required=True)
+    cs = csub.add_parser("sync", help="fetch corpus/sources.yaml's files at their pinned commits (git), or take them "
+                         "from a local folder (--mirror); verified, atomic, incremental")
+    cs.add_argument("--mirror", metavar="DIR", help="a folder laid out <source id>/<path in the repository> "
+                    "(e.g. ../shared/framework-docs), for machines without the internet")
+    cs.add_argument("--source", action="append", metavar="ID", help="only this source (repeatable)")
+    cs.add_argument("--cache-dir", help="the docs cache (env ASSISTANT_CORPUS_CACHE_DIR; default <cache dir>/corpus)")
+    cs.add_argument("--manifest", help="the sources manifest (default corpus/sources.yaml)")
+    cs.add_argument("--pinned-lock", help="the pinned hashes (default corpus/sources.lock.json)")
+    cs.add_argument("--json", action="store_true", help="print the sync report as JSON")
+    cs.set_defaults(func=cmd_corpus_sync)
 
     s = sub.add_parser("search", help="hybrid search; prints ranked passages")
     _common(s)

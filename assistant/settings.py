@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .keys import hash_keys
@@ -62,7 +62,10 @@ class Settings(BaseSettings):
     state_dir: Path = Field(default=Path("state"), description="SQLite sessions and feedback")
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="Assembled model files")
     docs: list[str] = Field(default_factory=lambda: [str(PROJECT_ROOT / "corpus")],
-                            description="Document folders indexed by 'assistant index build' by default")
+                            description="Document folders indexed by 'assistant index build' by default (unless "
+                            "set, the synced official docs of corpus_cache_dir are added when present)")
+    corpus_cache_dir: Path | None = Field(default=None, description="Where 'assistant corpus sync' keeps the official "
+                                          "documentation (default <cache_dir>/corpus)")
 
     # models
     model: str = Field(default="default", description="'default' (1.5B), 'fast' (0.5B), 'tiny', or a path")
@@ -142,6 +145,17 @@ class Settings(BaseSettings):
                                         "are deleted with their messages and feedback")
     session_max_count: int = Field(default=10_000, ge=0, description="At most this many sessions are kept "
                                    "(the least recently updated go first)")
+
+    @model_validator(mode="after")
+    def _synced_docs(self) -> Settings:
+        if self.corpus_cache_dir is None:
+            self.corpus_cache_dir = self.cache_dir / "corpus"
+        if "docs" not in self.model_fields_set:
+            from .corpus.sync import docs_root, has_synced_docs
+
+            if has_synced_docs(self.corpus_cache_dir):
+                self.docs = [*self.docs, str(docs_root(self.corpus_cache_dir))]
+        return self
 
     @field_validator("docs", mode="before")
     @classmethod

@@ -43,7 +43,10 @@ class Chunk:
     language: str
     frameworks: tuple[str, ...]
     lines: tuple[int, int]
-    url: str = ""
+    url: str = ""  # a link a user can open: the upstream page at its pinned commit (#L lines), or front matter url
+    licence: str = ""
+    publisher: str = ""  # who published a quoted text (the article's front matter `source`)
+    date: str = ""  # when it was published
 
     @property
     def is_article(self) -> bool:
@@ -69,6 +72,9 @@ class Chunk:
             frameworks=tuple(d.get("frameworks", ())),
             lines=(int(d["lines"][0]), int(d["lines"][1])),
             url=d.get("url", ""),
+            licence=d.get("licence", ""),
+            publisher=d.get("publisher", ""),
+            date=d.get("date", ""),
         )
 
 
@@ -96,6 +102,10 @@ class Hit:
             "language": c.language,
             "frameworks": list(c.frameworks),
             "text": c.text,
+            "url": c.url,
+            "licence": c.licence,
+            "publisher": c.publisher,
+            "date": c.date,
         }
 
 
@@ -112,6 +122,10 @@ class Citation:
     snippet: str
     support: float
     supported: bool = True
+    url: str = ""  # where the passage comes from (Chunk.url), its licence, publisher and date
+    licence: str = ""
+    publisher: str = ""
+    date: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

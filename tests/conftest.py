@@ -2,6 +2,7 @@
 and a real service with the small GGUF model. Built once per test session."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,8 @@ import pytest
 from assistant.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DOCS = REPO.parent / "shared" / "framework-docs"
+# beside the checkout; a git worktree elsewhere can name it (ASSISTANT_TEST_SHARED_DOCS=/work/shared/framework-docs)
+SHARED_DOCS = Path(os.environ.get("ASSISTANT_TEST_SHARED_DOCS") or REPO.parent / "shared" / "framework-docs")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -104,6 +104,17 @@ def test_search_ranks_passages_and_passage_route(http: TestClient) -> None:
     assert body["lines"][0] <= body["lines"][1] and body["source"] and body["title"]
 
 
+def test_passages_say_where_they_come_from(http: TestClient) -> None:
+    """Every result has url and licence; the article's passages its publisher and date (issue 19 item 2)."""
+    res = http.post("/api/search", json={"query": "文章认为训练支持的核心三要素是什么", "k": 8}).json()["results"]
+    assert all({"url", "licence", "publisher", "date"} <= set(x) for x in res)
+    art = next(x for x in res if "/article/" in x["path"])
+    assert art["publisher"] == "AI门户网" and art["date"] == "2026-03-27" and art["licence"].startswith("quoted")
+    note = next(x for x in res if "/notes/" in x["path"])
+    assert note["licence"] == "CC-BY-4.0"
+    assert http.get(f"/api/passages/{art['chunk_id']}").json()["publisher"] == "AI门户网"
+
+
 def test_search_filters(http: TestClient) -> None:
     r = http.post("/api/search", json={"query": "mixed precision", "k": 5, "filters": {"language": "zh"}})
     assert r.status_code == 200

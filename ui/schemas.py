@@ -71,6 +71,11 @@ class SearchResult(BaseModel):
     language: str
     frameworks: list[str]
     text: str
+    url: str = Field(default="", description="The passage upstream (the page at its pinned commit, with a line "
+                     "anchor) or the document's own address; '' when it has none")
+    licence: str = ""
+    publisher: str = Field(default="", description="Who published a quoted text (the article)")
+    date: str = Field(default="", description="When it was published")
 
 
 class SearchResponse(BaseModel):
@@ -89,6 +94,9 @@ class Passage(BaseModel):
     language: str
     frameworks: list[str]
     lines: list[int]
+    licence: str = ""
+    publisher: str = ""
+    date: str = ""
 
 
 class ErrorBody(BaseModel):

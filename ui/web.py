@@ -4,7 +4,8 @@ Owns: the chat tab (streamed answers, a sources panel that fills as soon as retr
 open their passage, a status line with timings, new chat, thumbs up/down), the zh/en interface switch, and
 the slot for the Advisor tab (ui/advisor_tab.py, written separately, imported when present).
 Retrieved text and model output are data: sources are HTML-escaped, and chat text (model output and the
-question) is made inert Markdown (`inert`): no raw HTML, images or links but the [n] citations. Each handler takes
+question) is made inert Markdown (`inert`): no raw HTML, images or links but the [n] citations. The one other
+link is ours: a source entry's link to its upstream page (an https URL the sync wrote from corpus/sources.yaml). Each handler takes
 the Gradio request and asks ui/auth.py who sent it (the login cookie), so a chat's session is its key's, as in the API.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from fastapi import FastAPI
 
 from assistant.errors import UserError
 from assistant.service import AssistantService
-from assistant.types import Answer, Citation, Hit
+from assistant.types import Answer, Chunk, Citation, Hit
 
 from .auth import Access
 
@@ -45,7 +46,7 @@ TEXT: dict[str, dict[str, str]] = {
            "no_sources": "没有检索到相关来源。", "loading": "助手正在加载模型，请稍后重试。",
            "error": "出错了：{m}", "internal": "服务器内部错误，请稍后重试。",
            "fb_saved": "已记录你的反馈，谢谢！", "fb_none": "还没有可以评价的回答。",
-           "lines": "行", "score": "相关度", "cited": "已引用", "lang": "界面语言"},
+           "lines": "行", "score": "相关度", "cited": "已引用", "lang": "界面语言", "licence": "许可"},
     "en": {"title": "## Framework Advisor · 框架选型助手\nCited answers about choosing an AI training framework, "
                     "from local documents.",
            "chat_tab": "Chat", "advisor_tab": "Advisor", "question": "Your question",
@@ -57,7 +58,7 @@ TEXT: dict[str, dict[str, str]] = {
            "no_sources": "No relevant sources found.", "loading": "The assistant is still loading its model; "
            "please retry in a moment.", "error": "Error: {m}", "internal": "Internal error; please retry.",
            "fb_saved": "Feedback saved, thank you!", "fb_none": "No answer to rate yet.",
-           "lines": "lines", "score": "score", "cited": "cited", "lang": "Interface language"},
+           "lines": "lines", "score": "score", "cited": "cited", "lang": "Interface language", "licence": "licence"},
 }
 
 EXAMPLES = [
@@ -124,6 +125,19 @@ def link_citations(text: str) -> str:
                    for i, p in enumerate(parts))
 
 
+def provenance_html(c: Chunk, t: dict[str, str]) -> str:
+    """Where a passage comes from: its path (a link to the upstream page at its pinned commit when it has one),
+    publisher and date (the article), licence. Every value is escaped; only an https URL becomes a link."""
+    where = html.escape(c.source)
+    if c.url.startswith("https://"):
+        where = (f'<a class="fa-upstream" href="{html.escape(c.url, quote=True)}" target="_blank" '
+                 f'rel="noopener noreferrer nofollow">{where}</a>')
+    parts = [where, *(html.escape(x) for x in (c.publisher, c.date) if x)]
+    if c.licence:
+        parts.append(f"{t['licence']}: {html.escape(c.licence)}")
+    return " · ".join(parts)
+
+
 def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = None) -> str:
     t = TEXT[lang]
     if not hits:
@@ -132,7 +146,7 @@ def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = 
     out = []
     for n, h in enumerate(hits, 1):
         c = h.chunk
-        where = html.escape(c.url or c.source)
+        where = provenance_html(c, t)
         path = " › ".join(html.escape(p) for p in c.heading_path if p != c.title)
         mark = f" · {t['cited']}" if n in cited else ""
         snippet = html.escape(c.text if len(c.text) <= 900 else c.text[:900] + "…")

@@ -54,7 +54,8 @@ class _Citations:
             self.by_chunk[c.id] = n
             snippet = c.text if len(c.text) <= 400 else c.text[:400] + "…"
             self.records.append(Citation(n, c.id, c.title, list(c.heading_path), c.url or c.source, list(c.lines),
-                                         snippet, round(float(hit.dense), 4), True).to_dict() | {"path": c.source})
+                                         snippet, round(float(hit.dense), 4), True, url=c.url, licence=c.licence,
+                                         publisher=c.publisher, date=c.date).to_dict() | {"path": c.source})
         return self.by_chunk[c.id]
 
 

@@ -380,7 +380,8 @@ def _snippet(claim: str, sents: list[str], best: int) -> str:
 def _record(src: Source, snippet: str, score: float) -> Citation:
     c = src.hit.chunk
     return Citation(n=src.n, chunk_id=c.id, title=c.title, heading_path=list(c.heading_path), source=c.source,
-                    lines=list(c.lines), snippet=snippet.strip()[:400], support=round(score, 4), supported=True)
+                    lines=list(c.lines), snippet=snippet.strip()[:400], support=round(score, 4), supported=True,
+                    url=c.url, licence=c.licence, publisher=c.publisher, date=c.date)
 
 
 def _join(sentences: list[str]) -> str:

@@ -57,6 +57,17 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _fingerprint(path: Path, root: Path) -> str:
+    """The file's sha256, and for a synced page also its provenance: the same bytes at a new commit get new
+    links, so their chunks are made again (same ids, so no new embeddings)."""
+    from ..corpus.sync import provenance
+
+    prov = provenance(path, root)
+    if not prov:
+        return _sha(path)
+    return _sha(path) + ":" + hashlib.sha256(json.dumps(prov, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class _BuildLock:
     def __init__(self, index_dir: Path) -> None:
         self.path = index_dir / ".build.lock"
@@ -105,7 +116,7 @@ def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, ch
     files = discover(doc_paths)
     prev_gen = current_generation(index_dir)
     prev_meta = read_meta(prev_gen) if prev_gen else None
-    fingerprints = {str(f): _sha(f) for f, _root in files}
+    fingerprints = {str(f): _fingerprint(f, root) for f, root in files}
     settings_key = {"embedder": embedder.name, "chunk_tokens": chunk_tokens, "format": FORMAT_VERSION,
                     "chunker": CHUNKER_VERSION}
     report = BuildReport()

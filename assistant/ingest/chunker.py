@@ -30,7 +30,7 @@ from .sections import line_numbers
 DEFAULT_CHUNK_TOKENS = 160
 # bumped when the same file would give different chunks: an index built by another version re-chunks
 # every file (vectors of unchanged chunks are still reused from the embedding cache)
-CHUNKER_VERSION = 2
+CHUNKER_VERSION = 3  # 3: chunks carry licence, publisher and date; synced pages a line-anchored url
 MIN_TOKENS = 30
 TokenCounter = Callable[[str], int]
 
@@ -291,6 +291,15 @@ def _meaningful(text: str) -> bool:
     return re.search(r"\w", body) is not None
 
 
+def passage_url(meta: dict[str, object], lo: int, hi: int) -> str:
+    """The link of a passage: its upstream file at the pinned commit with a line anchor when the page was synced
+    (meta `lines_url`), else the document's own `url` (front matter), else ''."""
+    template = str(meta.get("lines_url") or "")
+    if template:
+        return template.replace("{start}", str(lo)).replace("{end}", str(hi))
+    return str(meta.get("url") or "")
+
+
 def chunk_section(doc: Document, section: Section, max_tokens: int, count: TokenCounter) -> list[Chunk]:
     units: list[_Unit] = []
     for k, block in enumerate(_blocks(section)):
@@ -304,11 +313,13 @@ def chunk_section(doc: Document, section: Section, max_tokens: int, count: Token
         if not _meaningful(text):
             continue
         found = find_frameworks(text + " " + " ".join(path[1:]))
+        lo, hi = min(u.lo for u in group), max(u.hi for u in group)
         chunks.append(Chunk(
             id=chunk_id(doc.source, path, text), text=text, source=doc.source, title=doc.title,
             heading_path=path, language=_lang_of(group) or section_lang,
             frameworks=tuple(dict.fromkeys([*doc.frameworks, *found])),
-            lines=(min(u.lo for u in group), max(u.hi for u in group)), url=str(doc.meta.get("url", "")),
+            lines=(lo, hi), url=passage_url(doc.meta, lo, hi), licence=str(doc.meta.get("licence", "")),
+            publisher=str(doc.meta.get("source", "")), date=str(doc.meta.get("date", "")),
         ))
     return chunks
 

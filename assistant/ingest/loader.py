@@ -2,7 +2,8 @@
 
 Owns the format dispatch by suffix, the `source` naming rule (relative to the parent of the
 indexed root, so citations read `framework-docs/jax/docs/...` or `corpus/notes/...`), document
-metadata (front matter first, then the path, then the text) and the error policy: anything that
+metadata (front matter first, then the path, then the text; a page of a synced docs folder gets its upstream
+link and licence from that folder's cache lock, assistant/corpus/sync.py) and the error policy: anything that
 cannot be read becomes `LoadError(path, reason)`, which `load_all` collects and reports.
 """
 from __future__ import annotations
@@ -32,6 +33,8 @@ PATH_FRAMEWORKS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "paddle": "
                    "paddlepaddle": "PaddlePaddle", "jax": "JAX", "megatron-lm": "Megatron-LM",
                    "megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "colossalai": "Colossal-AI"}
 META_KEYS = ("url", "licence", "license", "date", "source", "language", "title")
+# what a synced page's cache lock adds: its upstream link (and the line-anchored form), licence, attribution, commit
+PROVENANCE_KEYS = ("url", "lines_url", "licence", "attribution", "commit")
 
 
 class LoadError(Exception):
@@ -113,6 +116,10 @@ def load_document(path: Path, root: Path | None = None) -> Document:
                 if k in META_KEYS and k not in ("title", "language")}
     if "license" in out_meta:
         out_meta.setdefault("licence", out_meta.pop("license"))
+    if root is not None:
+        from assistant.corpus.sync import provenance
+
+        out_meta.update({k: v for k, v in provenance(path, root).items() if k in PROVENANCE_KEYS})
     out_meta["path"] = str(path)
     out_meta["format"] = kind
     return Document(source=_source_name(path, root), title=title, language=lang, sections=list(sections),
