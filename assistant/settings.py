@@ -61,8 +61,10 @@ class Settings(BaseSettings):
     index_dir: Path = Field(default=Path("index"), description="Directory of the search index")
     state_dir: Path = Field(default=Path("state"), description="SQLite sessions and feedback")
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="Assembled model files")
-    docs: list[str] = Field(default_factory=lambda: [str(PROJECT_ROOT / "corpus")],
-                            description="Document folders indexed by 'assistant index build' by default")
+    docs: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [str(PROJECT_ROOT / "corpus")],
+        description="Document folders indexed by 'assistant index build' by default (ASSISTANT_DOCS: separated by "
+        "os.pathsep)")
 
     # models
     model: str = Field(default="default", description="'default' (1.5B), 'fast' (0.5B), 'tiny', or a path")
