@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +102,12 @@ def build_index(
                     "The previous index is unchanged. Free some space and build again.",
                     f"磁盘已满：{index_dir} 中的索引构建无法写入文件。原有索引未受影响。请释放空间后重新构建。",
                     status=507) from exc
+            if isinstance(exc, OSError | shutil.Error | sqlite3.Error):
+                raise UserError(
+                    "index_write_failed", f"The index build in {index_dir} could not write its files ({exc_reason(exc)}). "
+                    "The previous index is unchanged. Check the disk and the directory's permissions, then build again.",
+                    f"{index_dir} 中的索引构建无法写入文件（{exc_reason(exc)}）。原有索引未受影响。请检查磁盘和目录权限后重新构建。",
+                    status=500) from exc
             raise
         if not report.unchanged:
             _prune(index_dir, keep_previous)
@@ -265,6 +272,13 @@ def _remove_unpublished(index_dir: Path) -> None:
         if p.name.endswith(".partial") or (p.is_dir() and p != live and (live is None or _gen_time(p) > _gen_time(live))):
             shutil.rmtree(p, ignore_errors=True)
     (index_dir / "CURRENT.tmp").unlink(missing_ok=True)
+
+
+def exc_reason(exc: BaseException) -> str:
+    """A short reason for a failed write: the OS's words for an OSError, else the first line of the text."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
