@@ -22,7 +22,7 @@ from .embed import Embedder, create_embedder
 from .errors import UserError
 from .filters import Filters
 from .genqueue import GenerationQueue, Ticket
-from .index.snapshot import IndexSnapshot, current_generation, current_meta
+from .index.snapshot import IndexSnapshot, current_meta, require_generation
 from .lang import detect_language
 from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
@@ -69,10 +69,7 @@ class AssistantService:
     def retriever(self) -> Retriever:
         """The retriever over the live index generation; reopened when a build has replaced it."""
         with self._lock:
-            gen = current_generation(Path(self.settings.index_dir))
-            if gen is None:
-                IndexSnapshot.open(Path(self.settings.index_dir))  # raises the "build it first" UserError
-            assert gen is not None
+            gen = require_generation(Path(self.settings.index_dir))
             if self._retriever is None or gen.name != self._gen_name:
                 old = self._retriever
                 self._retriever = Retriever(IndexSnapshot(gen), self.embedder, self.params)

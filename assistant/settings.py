@@ -61,9 +61,10 @@ class Settings(BaseSettings):
     index_dir: Path = Field(default=Path("index"), description="Directory of the search index")
     state_dir: Path = Field(default=Path("state"), description="SQLite sessions and feedback")
     cache_dir: Path = Field(default_factory=_default_cache_dir, description="Assembled model files")
-    docs: list[str] = Field(default_factory=lambda: [str(PROJECT_ROOT / "corpus")],
-                            description="Document folders indexed by 'assistant index build' by default (unless "
-                            "set, the synced official docs of corpus_cache_dir are added when present)")
+    docs: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [str(PROJECT_ROOT / "corpus")],
+        description="Document folders indexed by 'assistant index build' by default (ASSISTANT_DOCS: separated by "
+        "os.pathsep; unless set, the synced official docs of corpus_cache_dir are added when present)")
     corpus_cache_dir: Path | None = Field(default=None, description="Where 'assistant corpus sync' keeps the official "
                                           "documentation (default <cache_dir>/corpus)")
 

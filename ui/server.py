@@ -6,12 +6,15 @@ middleware. `serve()` refuses a non-loopback address without keys, runs the engi
 (assistant/llm/selfcheck.py), then the app under uvicorn, bound to loopback unless told otherwise."""
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
+import socket
 import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from assistant.errors import UserError
+from assistant.index.snapshot import require_generation
 from assistant.llm.base import ModelError
 from assistant.service import AssistantService
 from assistant.settings import Settings
@@ -221,6 +225,23 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """UserError when (host, port) cannot be bound because something listens there already."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            s.bind((host.strip("[]"), port))
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise UserError("bind_failed", f"Cannot listen on {host}:{port}: {e.strerror}.",
+                                f"无法在 {host}:{port} 上监听：{e.strerror}。") from e
+            raise UserError("port_in_use", f"Port {port} on {host} is already in use by another program. Stop it, "
+                            "or choose another port with --port (or ASSISTANT_PORT).",
+                            f"{host} 上的端口 {port} 已被其他程序占用。请停止该程序，或用 --port（或 ASSISTANT_PORT）"
+                            "选择其他端口。") from e
+
+
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
     import uvicorn
 
@@ -238,6 +259,9 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
         log.warning("binding %s, but only loopback Host names are answered: set ASSISTANT_ALLOWED_HOSTS to the "
                     "names clients use", host)
     log.info("access: %s", f"{len(access.keys)} API key(s) required" if access.enabled else "no API keys (local user)")
+    # Without an index the server could never become ready: say so and exit (2) instead of serving 503s.
+    require_generation(Path(settings.index_dir))
+    _check_port_free(host, port)  # before the model loads, not after (uvicorn would find out only then)
     # Before anything loads in-process or binds the port: a llama.cpp build that dies on this CPU (SIGILL) dies
     # in a child here, and the ModelError it raises ends start-up with the message and a non-zero exit.
     # Once per (engine build, model file); create_app() itself never runs it (the in-process tests inject models).

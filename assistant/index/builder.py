@@ -8,11 +8,13 @@ generation is copied and patched (deleted ids removed, new ids added) instead of
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,8 +102,24 @@ def build_index(
     t0 = time.perf_counter()
     private_dir(index_dir)
     with _BuildLock(index_dir):
-        _remove_partial(index_dir)
-        report = _build_locked(index_dir, doc_paths, embedder, chunk_tokens, progress, log)
+        _remove_unpublished(index_dir)
+        try:
+            report = _build_locked(index_dir, doc_paths, embedder, chunk_tokens, progress, log)
+        except BaseException as exc:  # a failed build leaves only the previous generation behind
+            _remove_unpublished(index_dir)
+            if isinstance(exc, Exception) and _out_of_space(exc):
+                raise UserError(
+                    "disk_full", f"The disk is full: the index build in {index_dir} could not write its files. "
+                    "The previous index is unchanged. Free some space and build again.",
+                    f"磁盘已满：{index_dir} 中的索引构建无法写入文件。原有索引未受影响。请释放空间后重新构建。",
+                    status=507) from exc
+            if isinstance(exc, OSError | shutil.Error | sqlite3.Error):
+                raise UserError(
+                    "index_write_failed", f"The index build in {index_dir} could not write its files ({exc_reason(exc)}). "
+                    "The previous index is unchanged. Check the disk and the directory's permissions, then build again.",
+                    f"{index_dir} 中的索引构建无法写入文件（{exc_reason(exc)}）。原有索引未受影响。请检查磁盘和目录权限后重新构建。",
+                    status=500) from exc
+            raise
         if not report.unchanged:
             _prune(index_dir, keep_previous)
     report.seconds = time.perf_counter() - t0
@@ -252,15 +270,57 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)[:80]
 
 
-def _remove_partial(index_dir: Path) -> None:
-    for p in index_dir.glob("gen-*.partial"):
-        shutil.rmtree(p, ignore_errors=True)
+def _gen_time(p: Path) -> int:
+    return int(p.name.removesuffix(".partial").split("-")[1])
+
+
+def _remove_unpublished(index_dir: Path) -> None:
+    """Remove what a killed or failed build left: .partial directories, and generations newer than the live one
+    that never went live (renamed, then killed before the CURRENT switch); otherwise _prune would keep such a
+    generation as "the previous one" and delete the one that really was."""
+    live = current_generation(index_dir)
+    for p in index_dir.glob("gen-*"):
+        if p.name.endswith(".partial") or (p.is_dir() and p != live and (live is None or _gen_time(p) > _gen_time(live))):
+            shutil.rmtree(p, ignore_errors=True)
+    (index_dir / "CURRENT.tmp").unlink(missing_ok=True)
+
+
+def exc_reason(exc: BaseException) -> str:
+    """A short reason for a failed write: the OS's words for an OSError, else the first line of the text."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    """True when exc (or what caused it, or one of shutil.copytree's collected errors) says the disk is full.
+    SQLite (the embedding cache, Chroma's store) reports it as text rather than an errno."""
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _NO_SPACE:
+            return True
+        text = str(e)
+        if "disk is full" in text or "No space left" in text or "File too large" in text:
+            return True
+        if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list):
+            todo.extend(str(t[-1]) for t in e.args[0] if isinstance(t, tuple))
+        if isinstance(e, BaseException):
+            todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return False
 
 
 def _prune(index_dir: Path, keep_previous: int) -> None:
     live = current_generation(index_dir)
     gens = sorted((p for p in index_dir.glob("gen-*") if p.is_dir() and not p.name.endswith(".partial")),
-                  key=lambda p: int(p.name.split("-")[1]))
+                  key=_gen_time)
     old = [g for g in gens if g != live]
     for g in old[: max(0, len(old) - keep_previous)]:
         shutil.rmtree(g, ignore_errors=True)

@@ -77,6 +77,20 @@ def current_generation(index_dir: Path) -> Path | None:
     return gen if (gen / META).is_file() else None
 
 
+def require_generation(index_dir: Path) -> Path:
+    """The live generation, or the "build it first" UserError when there is no index yet."""
+    gen = current_generation(index_dir)
+    if gen is None:
+        log.error("no index in %s", index_dir.resolve())  # the path goes to the log, not to clients
+        raise UserError(
+            "index_missing",
+            "There is no index yet. Build it first: assistant index build",
+            "还没有索引。请先构建：assistant index build",
+            status=503,
+        )
+    return gen
+
+
 def current_meta(index_dir: Path) -> IndexMeta | None:
     """The meta of the live generation, or None when there is no index yet."""
     gen = current_generation(index_dir)
@@ -110,16 +124,7 @@ class IndexSnapshot:
 
     @classmethod
     def open(cls, index_dir: Path) -> IndexSnapshot:
-        gen = current_generation(index_dir)
-        if gen is None:
-            log.error("no index in %s", index_dir.resolve())  # the path goes to the log, not to clients
-            raise UserError(
-                "index_missing",
-                "There is no index yet. Build it first: assistant index build",
-                "还没有索引。请先构建：assistant index build",
-                status=503,
-            )
-        return cls(gen)
+        return cls(require_generation(index_dir))
 
     @property
     def embedder_name(self) -> str:
