@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         keys = [f"load-key-{n:02d}-" + secrets.token_hex(12) for n in range(args.clients)]
         srv = ServerProcess(Path(args.index_dir), state, state / "server.log", ASSISTANT_MODEL="fast",
                             ASSISTANT_MAX_ANSWER_TOKENS="64", ASSISTANT_API_KEYS=",".join(keys))
-        srv.start()
+        srv.start(timeout=900)  # a busy machine: the model and the UI load slowly
         base = srv.base
     try:
         report = run_phases(base, args.clients, args.duration, keys, args.shared_fraction, weights, args.max_backoff)

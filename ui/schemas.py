@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from assistant.filters import Filters
 from assistant.sessions import ID_PATTERN
+from assistant.types import Citation
 
 # documented, not enforced by pydantic: the service refuses a blank text with its own 422 in the user's language
 NOT_BLANK: dict[str, Any] = {"minLength": 1, "pattern": r"\S"}
@@ -135,23 +136,11 @@ def sse_response(model: type[BaseModel], what: str, events: list[str], json_data
                   "content": {"text/event-stream": {"schema": event}}}}
 
 
-class CitationBody(BaseModel):
-    n: int
-    chunk_id: str
-    title: str
-    heading_path: list[str]
-    source: str
-    lines: list[int]
-    snippet: str
-    support: float
-    supported: bool
-
-
 class AnswerResponse(BaseModel):
     """A cited answer (assistant.types.Answer.to_dict)."""
 
     answer: str
-    citations: list[CitationBody]
+    citations: list[Citation]
     refused: bool
     language: Literal["zh", "en"]
     session_id: str
@@ -247,7 +236,7 @@ class ChatCompletion(BaseModel):
     model: str
     usage: CompletionUsage
     choices: list[CompletionChoice]
-    citations: list[CitationBody]
+    citations: list[Citation]
     session_id: str
     message_id: str
     refused: bool
