@@ -6,7 +6,7 @@ responses, pydantic request bodies) are converted to these at the edges.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 
 @dataclass(frozen=True)
@@ -171,6 +171,7 @@ class Answer:
 
 
 EventKind = Literal["sources", "token", "citations", "done", "error"]
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 
 
 @dataclass

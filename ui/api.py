@@ -16,29 +16,28 @@ from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
 from assistant.sessions import unknown_session
-from assistant.types import Event
+from assistant.types import EVENT_KINDS, Event
 
 from .admission import answer_unless_gone, rate_limit
 from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import (
+    COMMON_ERRORS,
     AdviseRequest,
+    AnswerResponse,
     AskRequest,
-    ErrorResponse,
     FeedbackRequest,
     Passage,
+    ReadyStatus,
     SearchRequest,
     SearchResponse,
+    error_responses,
+    sse_response,
 )
 from .streaming import open_answer_stream
 
-router = APIRouter(prefix="/api", tags=["assistant"], dependencies=[Depends(bearer_scheme)], responses={
-    413: {"model": ErrorResponse, "description": "Body or question too long"},
-    422: {"model": ErrorResponse, "description": "Invalid request"},
-    429: {"model": ErrorResponse, "description": "Rate limit (Retry-After says when to retry)"},
-    503: {"model": ErrorResponse, "description": "Model loading, queue full, queue wait timed out or too many "
-          "streams (Retry-After)"},
-})
+router = APIRouter(prefix="/api", tags=["assistant"], dependencies=[Depends(bearer_scheme)],
+                   responses=COMMON_ERRORS)
 health = APIRouter(tags=["operations"])
 RateLimited = Depends(rate_limit)  # the question routes: 429 with Retry-After over settings.rate_limit_per_minute
 
@@ -66,7 +65,8 @@ async def _sse(events: AsyncIterator[Event], on_event: Callable[[str], None]) ->
         yield {"event": ev.kind, "data": json.dumps(event_payload(ev), ensure_ascii=False)}
 
 
-@router.post("/ask", summary="Ask a question; a cited answer (JSON, or SSE with stream=true)", dependencies=[RateLimited])
+@router.post("/ask", summary="Ask a question; a cited answer (JSON, or SSE with stream=true)", dependencies=[RateLimited],
+             responses={**sse_response(AnswerResponse, "The cited answer", list(EVENT_KINDS)), **error_responses(404)})
 async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metrics: MetricsDep,
               owner: OwnerDep) -> Any:
     lang = request_lang(request, body.question)
@@ -106,7 +106,8 @@ async def search(body: SearchRequest, request: Request, service: ReadyServiceDep
     return {"query": body.query, "k": body.k, "results": [{"rank": i, **h.to_dict()} for i, h in enumerate(hits, 1)]}
 
 
-@router.get("/passages/{chunk_id}", response_model=Passage, summary="One passage with its source and line range")
+@router.get("/passages/{chunk_id}", response_model=Passage, summary="One passage with its source and line range",
+            responses=error_responses(404))
 async def passage(chunk_id: str, service: ReadyServiceDep) -> dict[str, Any]:
     chunk = service.passage(chunk_id)
     if chunk is None:
@@ -114,7 +115,8 @@ async def passage(chunk_id: str, service: ReadyServiceDep) -> dict[str, Any]:
     return chunk.to_dict()
 
 
-@router.get("/sessions/{session_id}", summary="A session's messages (with citations) and feedback")
+@router.get("/sessions/{session_id}", summary="A session's messages (with citations) and feedback",
+            responses=error_responses(404))
 async def get_session(session_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
     data = await run_in_threadpool(service.get_session, session_id, owner=owner)
     if data is None:
@@ -122,14 +124,16 @@ async def get_session(session_id: str, service: ServiceDep, owner: OwnerDep) -> 
     return data
 
 
-@router.delete("/sessions/{session_id}", summary="Delete a session, its messages and feedback")
+@router.delete("/sessions/{session_id}", summary="Delete a session, its messages and feedback",
+               responses=error_responses(404))
 async def delete_session(session_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
     if not await run_in_threadpool(service.delete_session, session_id, owner=owner):
         raise unknown_session()
     return {"deleted": session_id}
 
 
-@router.post("/feedback", summary="Rate an answer (up or down) with an optional comment")
+@router.post("/feedback", summary="Rate an answer (up or down) with an optional comment",
+             responses=error_responses(404))
 async def feedback(body: FeedbackRequest, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
     await run_in_threadpool(service.feedback, body.session_id, body.message_id, body.rating, body.comment,
                             owner=owner)
@@ -147,7 +151,10 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@health.get("/readyz", summary="200 once the index and model are loaded and the sessions database answers, else 503")
+@health.get("/readyz", summary="200 once the index and model are loaded and the sessions database answers, else 503",
+            response_model=ReadyStatus,
+            responses={503: {"model": ReadyStatus, "description": "Still loading, start-up failed, or the sessions "
+                                                                  "database is unreachable"}})
 async def readyz(request: Request, service: ServiceDep) -> JSONResponse:
     lang = request_lang(request)
     if service.ready():

@@ -26,12 +26,11 @@ from assistant.types import Answer, Citation
 from .admission import answer_unless_gone, rate_limit
 from .auth import OwnerDep, bearer_scheme
 from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
-from .schemas import ChatCompletionRequest, ErrorResponse
+from .schemas import COMMON_ERRORS, ChatCompletion, ChatCompletionRequest, error_responses, sse_response
 from .streaming import open_answer_stream
 
-router = APIRouter(prefix="/v1", tags=["openai-compatible"], dependencies=[Depends(bearer_scheme)], responses={
-    413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}, 429: {"model": ErrorResponse},
-    503: {"model": ErrorResponse}})
+router = APIRouter(prefix="/v1", tags=["openai-compatible"], dependencies=[Depends(bearer_scheme)],
+                   responses=COMMON_ERRORS)
 
 
 def footnotes(citations: list[Citation]) -> str:
@@ -83,7 +82,8 @@ async def _stream(events: AsyncIterator[Any], model: str, on_event: Callable[[st
 
 
 @router.post("/chat/completions", summary="OpenAI-style chat completion with cited answers",
-             dependencies=[Depends(rate_limit)])
+             dependencies=[Depends(rate_limit)], responses={**sse_response(ChatCompletion, "The completion", ["message"], json_data=False),
+                                                            **error_responses(404)})
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ReadyServiceDep,
                            metrics: MetricsDep, owner: OwnerDep) -> Any:
     question = _question(body)

@@ -3,13 +3,16 @@ the question's length limit (settings.max_question_chars) is enforced by the ser
 in the user's language. Whole-body size is capped by ui.server's body-limit middleware."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from assistant.filters import Filters
 from assistant.sessions import ID_PATTERN
+from assistant.types import Citation
 
+# documented, not enforced by pydantic: the service refuses a blank text with its own 422 in the user's language
+NOT_BLANK: dict[str, Any] = {"minLength": 1, "pattern": r"\S"}
 SessionId = Field(default=None, pattern=ID_PATTERN, description="The session_id of a previous answer (32 hex "
                   "digits, issued by the server to this key); omit to start a new session.")
 
@@ -31,7 +34,8 @@ class AskRequest(BaseModel):
         {"question": "PyTorch 和 TensorFlow 哪个更适合做研究？", "stream": False},
         {"question": "What does DeepSpeed ZeRO partition?", "filters": {"framework": ["DeepSpeed"]}, "stream": True},
     ]})
-    question: str = Field(description="The question (Chinese or English); max settings.max_question_chars characters.")
+    question: str = Field(description="The question (Chinese or English); not blank (else 422), max "
+                          "settings.max_question_chars characters (else 413).", json_schema_extra=NOT_BLANK)
     session_id: str | None = SessionId
     filters: FiltersBody | None = None
     stream: bool = Field(default=False, description="Server-Sent Events: sources, token..., citations, done")
@@ -41,7 +45,8 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"query": "混合精度训练", "k": 5}, {"query": "pipeline parallelism", "k": 3, "filters": {"language": "en"}},
     ]})
-    query: str = Field(description="Search text; max settings.max_question_chars characters.")
+    query: str = Field(description="Search text; not blank (else 422), max settings.max_question_chars "
+                       "characters (else 413).", json_schema_extra=NOT_BLANK)
     k: int = Field(default=5, ge=1, le=50)
     filters: FiltersBody | None = None
 
@@ -109,6 +114,55 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for these refusal statuses, all in the ErrorResponse shape."""
+    return {s: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[s]} for s in statuses}
+
+
+ERROR_DESCRIPTIONS = {
+    400: "The body is not valid JSON (or not UTF-8)",
+    401: "An API key is required (keys configured) and none or a wrong one was sent",
+    404: "Unknown session, message or passage (or another key's)",
+    413: "Body, question or description too long",
+    422: "Invalid request",
+    429: "Rate limit (Retry-After says when to retry)",
+    503: "Model loading, queue full, queue wait timed out or too many streams (Retry-After)",
+}
+# the refusals every question and session route can give
+COMMON_ERRORS = error_responses(400, 401, 413, 422, 429, 503)
+
+
+def sse_response(model: type[BaseModel], what: str, events: list[str], json_data: bool = True
+                 ) -> dict[int | str, dict[str, Any]]:
+    """The 200 of a route that answers JSON (`model`), or with stream=true Server-Sent Events, each one of
+    `events` whose data is JSON (`json_data`) or any text (the OpenAI stream's closing `[DONE]`)."""
+    data: dict[str, Any] = {"type": "string", **({"contentMediaType": "application/json"} if json_data else {})}
+    event = {"type": "object", "required": ["event", "data"],
+             "properties": {"event": {"enum": events}, "data": data}}
+    return {200: {"model": model, "description": f"{what} (JSON), or with stream=true a text/event-stream of "
+                  f"events ({', '.join(events)}); this schema describes each event",
+                  "content": {"text/event-stream": {"schema": event}}}}
+
+
+class AnswerResponse(BaseModel):
+    """A cited answer (assistant.types.Answer.to_dict)."""
+
+    answer: str
+    citations: list[Citation]
+    refused: bool
+    language: Literal["zh", "en"]
+    session_id: str
+    message_id: str
+    timings: dict[str, float]
+    usage: dict[str, int]
+    queue: dict[str, float] | None = None
+
+
+class ReadyStatus(BaseModel):
+    status: Literal["ready", "loading", "failed", "unavailable"]
+    error: ErrorBody | None = None
+
+
 # ---- OpenAI-compatible ------------------------------------------------------------------------
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -130,7 +184,11 @@ class ChatCompletionRequest(BaseModel):
          "messages": [{"role": "user", "content": "Which framework suits a small research team?"}]},
     ]})
     model: str = Field(default="", max_length=200)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=100)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=100, description="The last user message is the "
+                                        "question: there must be one, not blank (else 422)", json_schema_extra={
+                                            "contains": {"type": "object", "required": ["role", "content"],
+                                                         "properties": {"role": {"const": "user"},
+                                                                        "content": {"type": "string", **NOT_BLANK}}}})
     stream: bool = False
     session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Extension: the session_id of a "
                                    "previous completion (returned on it), to continue that conversation; omit to "
@@ -141,17 +199,53 @@ class ChatCompletionRequest(BaseModel):
 class AdviseRequest(BaseModel):
     """A team's situation for the Advisor: any of the fields, and/or a free description in `text`."""
 
-    model_config = {"json_schema_extra": {"examples": [
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"text": "5人初创团队，熟悉 PyTorch，只有几张 GPU，想微调 7B 模型"},
-        {"known_frameworks": ["TensorFlow"], "stage": "production", "hardware": "gpu_cluster", "lang": "en"}]}}
+        {"known_frameworks": ["TensorFlow"], "stage": "production", "hardware": "gpu_cluster", "lang": "en"}]})
 
-    known_frameworks: list[str] = Field(default_factory=list, max_length=10)
+    known_frameworks: list[Annotated[str, Field(max_length=40)]] = Field(
+        default_factory=list, max_length=10, description="Framework names or aliases (PyTorch, 飞桨, ...); an "
+        "unknown one is a 422")
     stage: Literal["research", "prototype", "production"] | None = None
     hardware: Literal["cpu", "few_gpus", "gpu_cluster", "tpu", "npu"] | None = None
-    model_scale: str | None = Field(default=None, max_length=20)
+    model_scale: str | None = Field(default=None, max_length=20, description="Parameters, e.g. 7B, 300M, 千亿; "
+                                    "one that cannot be read is a 422")
     data_scale: str | None = Field(default=None, max_length=20)
     domain: Literal["chinese_nlp", "cv", "scientific", "rl", "llm_pretrain", "llm_finetune", "general"] | None = None
-    goals: list[str] = Field(default_factory=list, max_length=10)
+    goals: list[Annotated[str, Field(max_length=40)]] = Field(default_factory=list, max_length=10)
     text: str = Field(default="", description="A free description of the situation (Chinese or English); max "
                       "settings.max_advice_chars characters (longer: 413)")
     lang: Literal["zh", "en"] | None = None
+
+
+class CompletionMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    finish_reason: Literal["stop"]
+    message: CompletionMessage
+
+
+class CompletionUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    """The OpenAI chat.completion object, with the answer's citations and session ids as extensions."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    usage: CompletionUsage
+    choices: list[CompletionChoice]
+    citations: list[Citation]
+    session_id: str
+    message_id: str
+    refused: bool
+    timings: dict[str, float]

@@ -37,6 +37,7 @@ from .requestid import HEADER, RequestIdMiddleware, current_request_id
 
 log = logging.getLogger("ui.server")
 LIMITED_PREFIXES = ("/api", "/v1", "/login")
+BAD_JSON = {"zh": "请求体不是有效的 JSON。", "en": "The request body is not valid JSON."}
 
 
 def generic_error(request: Request, status: int, code: str, what_zh: str, what_en: str) -> JSONResponse:
@@ -104,7 +105,7 @@ class BodyLimitMiddleware:
 def _validation_message(exc: RequestValidationError, lang: str) -> tuple[int, str, str]:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
-        return 400, "bad_json", "请求体不是有效的 JSON。" if lang == "zh" else "The request body is not valid JSON."
+        return 400, "bad_json", BAD_JSON[lang]
     parts = []
     for e in errors[:5]:
         loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
@@ -134,6 +135,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         lang = request_lang(request)
         if exc.status_code == 404:
             message = "未找到。" if lang == "zh" else "Not found."
+        elif exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. not UTF-8): same as bad JSON
+            return error_response(400, "bad_json", BAD_JSON[lang])
         else:
             message = str(exc.detail)
         return error_response(exc.status_code, f"http_{exc.status_code}", message)
@@ -151,6 +154,27 @@ def _install_error_handlers(app: FastAPI) -> None:
                       request.url.path)
         return generic_error(request, 500, "internal_error", "服务器内部错误，请稍后重试。",
                              "Internal error; please retry.")
+
+
+def _openapi_as_served(app: FastAPI, access: Access) -> None:
+    """The OpenAPI says what this server requires: the Bearer scheme and its 401 only with keys configured
+    (without keys no route asks for one, and a schema saying otherwise would be wrong)."""
+    if access.enabled:
+        return
+    plain = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            spec = plain()
+            spec.get("components", {}).pop("securitySchemes", None)
+            for ops in spec.get("paths", {}).values():
+                for op in ops.values():
+                    op.pop("security", None)
+                    op.get("responses", {}).pop("401", None)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _load_in_background(app: FastAPI, service: AssistantService) -> threading.Thread:
@@ -209,6 +233,7 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     app.include_router(api.health)
     app.include_router(api.router)
     app.include_router(openai_compat.router)
+    _openapi_as_served(app, access)
     if with_ui:
         from .web import mount_ui
 
