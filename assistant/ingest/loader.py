@@ -3,10 +3,13 @@
 Owns the format dispatch by suffix, the `source` naming rule (relative to the parent of the
 indexed root, so citations read `framework-docs/jax/docs/...` or `corpus/notes/...`), document
 metadata (front matter first, then the path, then the text) and the error policy: anything that
-cannot be read becomes `LoadError(path, reason)`, which `load_all` collects and reports.
+cannot be read becomes `LoadError(path, reason)`, which `load_all` collects and reports. Text that
+leaves here is valid Unicode: a lone surrogate (a JSON or YAML escape such as "\\ud800" decodes to one)
+becomes U+FFFD, since the index, the embedder and the HTTP responses cannot encode it.
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Iterable
@@ -51,6 +54,26 @@ def _source_name(path: Path, root: Path | None) -> str:
         except ValueError:
             pass
     return path.as_posix()
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid(text: str) -> str:
+    """text with its lone surrogates replaced by U+FFFD (paired ones are joined into their character)."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _valid_meta(value: Any) -> Any:
+    if isinstance(value, str):
+        return _valid(value)
+    if isinstance(value, list):
+        return [_valid_meta(v) for v in value]
+    if isinstance(value, dict):
+        return {_valid_meta(k): _valid_meta(v) for k, v in value.items()}
+    return value
 
 
 def _parse(path: Path, kind: str, data: bytes) -> tuple[list[MappedSection], str, dict[str, Any]]:
@@ -104,7 +127,10 @@ def load_document(path: Path, root: Path | None = None) -> Document:
         sections, title, meta = _parse(path, kind, data)
     except ValueError as e:
         raise LoadError(path, str(e)) from None
-    meta = {k: v for k, v in meta.items() if v is not None}
+    sections = [dataclasses.replace(s, text=_valid(s.text), heading_path=tuple(_valid(h) for h in s.heading_path))
+                for s in sections]
+    title = _valid(title)
+    meta = {k: _valid_meta(v) for k, v in meta.items() if v is not None}
     text = "\n".join(s.text for s in sections)
     title = str(meta.get("title") or title or formats.stem_title(path)).strip()
     lang = str(meta.get("language", "")).lower()
