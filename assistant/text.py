@@ -35,6 +35,19 @@ def cjk_count(text: str) -> int:
     return len(_HAN.findall(text))
 
 
+# ---- valid Unicode ------------------------------------------------------------------------------------
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """text with its lone surrogates replaced by U+FFFD (paired ones are joined into their character). A JSON or
+    YAML escape such as "\\ud800" decodes to a lone surrogate, which no UTF-8 encoder (Chroma, the embedders'
+    tokenizers, SQLite, a JSON response) accepts: text from files and requests passes here first."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 # ---- token estimates ------------------------------------------------------------------------------------
 # A fast token-count estimate for the chat model's tokenizer (Qwen2.5), with no model needed. Calibrated on
 # ../shared/framework-docs and corpus/ against the real tokenizer (llama.cpp, vocab only); see docs/chunking.md

@@ -19,6 +19,7 @@ from typing import Any
 from assistant.errors import UserError
 from assistant.frameworks import canonical, framework_counts
 from assistant.lang import detect_language
+from assistant.text import valid_unicode
 from assistant.types import Document
 
 from . import formats
@@ -56,19 +57,9 @@ def _source_name(path: Path, root: Path | None) -> str:
     return path.as_posix()
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _valid(text: str) -> str:
-    """text with its lone surrogates replaced by U+FFFD (paired ones are joined into their character)."""
-    if not _SURROGATE.search(text):
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
 def _valid_meta(value: Any) -> Any:
     if isinstance(value, str):
-        return _valid(value)
+        return valid_unicode(value)
     if isinstance(value, list):
         return [_valid_meta(v) for v in value]
     if isinstance(value, dict):
@@ -127,9 +118,9 @@ def load_document(path: Path, root: Path | None = None) -> Document:
         sections, title, meta = _parse(path, kind, data)
     except ValueError as e:
         raise LoadError(path, str(e)) from None
-    sections = [dataclasses.replace(s, text=_valid(s.text), heading_path=tuple(_valid(h) for h in s.heading_path))
+    sections = [dataclasses.replace(s, text=valid_unicode(s.text), heading_path=tuple(valid_unicode(h) for h in s.heading_path))
                 for s in sections]
-    title = _valid(title)
+    title = valid_unicode(title)
     meta = {k: _valid_meta(v) for k, v in meta.items() if v is not None}
     text = "\n".join(s.text for s in sections)
     title = str(meta.get("title") or title or formats.stem_title(path)).strip()
