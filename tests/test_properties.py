@@ -260,6 +260,15 @@ def test_chunks_of_any_markup_fit_the_budget_and_its_lines(text: str, max_tokens
         assert 1 <= c.lines[0] <= c.lines[1] <= nlines
 
 
+def test_an_over_long_header_only_table_is_still_indexed() -> None:
+    # the property above found it: "| <2,000 characters> |" alone gave no chunk, so its text vanished from the index
+    text = "| " + " ".join(["ZeRO 训练"] * 300) + " |"
+    section = Section(heading_path=("T",), text=text, line_start=1, line_end=1)
+    doc = Document(source="d.md", title="T", language="zh", sections=[section], frameworks=(), meta={})
+    chunks = chunk_section(doc, section, 160, estimate_tokens)
+    assert "".join("".join(c.text.split()) for c in chunks) == "".join(text.split())
+
+
 # ---- citations ----------------------------------------------------------------------------------------------
 MARK = r"[\[【](\d+)[\]】]"
 
