@@ -11,6 +11,7 @@ import logging
 import math
 import re
 import unicodedata
+from typing import Any
 
 # ---- scripts ------------------------------------------------------------------------------------------
 # Han ideographs: CJK Extension A, the Unified Ideographs, the Compatibility Ideographs. Character-class
@@ -46,6 +47,17 @@ def valid_unicode(text: str) -> str:
     if not _SURROGATE.search(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def valid_strings(value: Any) -> Any:
+    """value (a string, or lists and dicts of them, as JSON and YAML give) with every string valid_unicode."""
+    if isinstance(value, str):
+        return valid_unicode(value)
+    if isinstance(value, list):
+        return [valid_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {valid_strings(k): valid_strings(v) for k, v in value.items()}
+    return value
 
 
 # ---- token estimates ------------------------------------------------------------------------------------

@@ -11,17 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from assistant.filters import Filters
 from assistant.sessions import ID_PATTERN
-from assistant.text import valid_unicode
-
-
-def _valid_strings(value: Any) -> Any:
-    if isinstance(value, str):
-        return valid_unicode(value)
-    if isinstance(value, list):
-        return [_valid_strings(v) for v in value]
-    if isinstance(value, dict):
-        return {_valid_strings(k): _valid_strings(v) for k, v in value.items()}
-    return value
+from assistant.text import valid_strings
 
 
 class RequestBody(BaseModel):
@@ -30,7 +20,7 @@ class RequestBody(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _valid_unicode(cls, data: Any) -> Any:
-        return _valid_strings(data)
+        return valid_strings(data)
 
 
 SessionId = Field(default=None, pattern=ID_PATTERN, description="The session_id of a previous answer (32 hex "

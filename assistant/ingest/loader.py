@@ -19,7 +19,7 @@ from typing import Any
 from assistant.errors import UserError
 from assistant.frameworks import canonical, framework_counts
 from assistant.lang import detect_language
-from assistant.text import valid_unicode
+from assistant.text import valid_strings, valid_unicode
 from assistant.types import Document
 
 from . import formats
@@ -55,16 +55,6 @@ def _source_name(path: Path, root: Path | None) -> str:
         except ValueError:
             pass
     return path.as_posix()
-
-
-def _valid_meta(value: Any) -> Any:
-    if isinstance(value, str):
-        return valid_unicode(value)
-    if isinstance(value, list):
-        return [_valid_meta(v) for v in value]
-    if isinstance(value, dict):
-        return {_valid_meta(k): _valid_meta(v) for k, v in value.items()}
-    return value
 
 
 def _parse(path: Path, kind: str, data: bytes) -> tuple[list[MappedSection], str, dict[str, Any]]:
@@ -121,7 +111,7 @@ def load_document(path: Path, root: Path | None = None) -> Document:
     sections = [dataclasses.replace(s, text=valid_unicode(s.text), heading_path=tuple(valid_unicode(h) for h in s.heading_path))
                 for s in sections]
     title = valid_unicode(title)
-    meta = {k: _valid_meta(v) for k, v in meta.items() if v is not None}
+    meta = {k: valid_strings(v) for k, v in meta.items() if v is not None}
     text = "\n".join(s.text for s in sections)
     title = str(meta.get("title") or title or formats.stem_title(path)).strip()
     lang = str(meta.get("language", "")).lower()
