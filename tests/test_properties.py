@@ -271,7 +271,7 @@ def test_an_over_long_header_only_table_is_still_indexed() -> None:
 
 
 # ---- citations ----------------------------------------------------------------------------------------------
-MARK = r"[\[【](\d+)[\]】]"
+MARK = r"[\[【](\d{1,6})[\]】]"  # what parse_markers reads as a source number
 
 
 @settings(max_examples=300)
