@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .errors import UserError
+from .text import valid_unicode
 
 
 class Embedder(ABC):
@@ -25,16 +26,17 @@ class Embedder(ABC):
     def passages(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        texts = [valid_unicode(t) for t in texts]  # the tokenizers encode to UTF-8
         parts = [self._encode(texts[i : i + batch_size], "passage") for i in range(0, len(texts), batch_size)]
         return _normalise(np.vstack(parts))
 
     def query(self, text: str) -> np.ndarray:
-        return _normalise(self._encode([text], "query"))[0]
+        return _normalise(self._encode([valid_unicode(text)], "query"))[0]
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:  # some engines cannot encode an empty batch
             return np.zeros((0, self.dim), dtype=np.float32)
-        return _normalise(self._encode(list(texts), "query"))
+        return _normalise(self._encode([valid_unicode(t) for t in texts], "query"))
 
 
 def _normalise(v: np.ndarray) -> np.ndarray:

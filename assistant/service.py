@@ -28,6 +28,7 @@ from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
 from .sessions import SessionStorage, open_store
 from .settings import Settings, load_settings
+from .text import valid_unicode
 from .translate import QueryTranslator, create_translator
 from .types import Answer, Chunk, Event, Hit
 
@@ -302,7 +303,7 @@ class AssistantService:
             n = self.settings.max_question_chars
             raise UserError("input_too_long", f"The {what} is too long (max {n} characters).",
                             f"输入过长（最多 {n} 个字符）。", 413)
-        return text.strip()
+        return valid_unicode(text.strip())
 
     def close(self) -> None:
         if self._llm is not None:

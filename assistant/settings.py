@@ -2,7 +2,9 @@
 
 Precedence (highest first): keyword arguments, environment variables (ASSISTANT_INDEX_DIR, ...),
 the settings file (ASSISTANT_SETTINGS_FILE, else ./assistant.toml when present), the defaults below.
-Relative paths are resolved against the current working directory.
+Relative paths are resolved against the current working directory. A value that is not valid (an
+environment variable that is not a number, a missing or malformed settings file) is a `UserError` naming the
+setting and its variable, so the CLI and the server report it in one line, never with a stack trace.
 """
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from .errors import UserError
 from .keys import hash_keys
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -42,10 +45,15 @@ class _TomlSource(PydanticBaseSettingsSource):
         path = Path(named) if named else Path("assistant.toml")
         self.data: dict[str, Any] = {}
         if path.is_file():
-            with path.open("rb") as f:
-                self.data = tomllib.load(f)
+            try:
+                with path.open("rb") as f:
+                    self.data = tomllib.load(f)
+            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+                raise UserError("settings_file", f"Cannot read the settings file {path}: {e}.",
+                                f"无法读取设置文件 {path}：{e}。") from None
         elif named:
-            raise FileNotFoundError(f"settings file not found: {named}")
+            raise UserError("settings_file", f"Settings file not found: {named} (ASSISTANT_SETTINGS_FILE).",
+                            f"找不到设置文件：{named}（ASSISTANT_SETTINGS_FILE）。")
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return self.data.get(field_name), field_name, False
@@ -190,4 +198,14 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    """Settings from the overrides, the environment and the settings file; an invalid value is a UserError."""
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:
+        # the value itself is not repeated: it may be a secret (a key, a URL with a password)
+        problems = [(".".join(str(x) for x in err["loc"]) or "?", err["msg"]) for err in e.errors()]
+        en = "; ".join(f"{name} (ASSISTANT_{name.split('.')[0].upper()}): {msg}" for name, msg in problems)
+        zh = "；".join(f"{name}（ASSISTANT_{name.split('.')[0].upper()}）：{msg}" for name, msg in problems)
+        raise UserError("settings_invalid", f"Invalid setting: {en}.", f"设置无效：{zh}。") from None
+    except SettingsError as e:  # a list setting given as malformed JSON ("[...")
+        raise UserError("settings_invalid", f"Invalid setting: {e}.", f"设置无效：{e}。") from None

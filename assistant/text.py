@@ -11,6 +11,7 @@ import logging
 import math
 import re
 import unicodedata
+from typing import Any
 
 # ---- scripts ------------------------------------------------------------------------------------------
 # Han ideographs: CJK Extension A, the Unified Ideographs, the Compatibility Ideographs. Character-class
@@ -33,6 +34,30 @@ def has_cjk(text: str) -> bool:
 def cjk_count(text: str) -> int:
     """Han ideographs in text."""
     return len(_HAN.findall(text))
+
+
+# ---- valid Unicode ------------------------------------------------------------------------------------
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """text with its lone surrogates replaced by U+FFFD (paired ones are joined into their character). A JSON or
+    YAML escape such as "\\ud800" decodes to a lone surrogate, which no UTF-8 encoder (Chroma, the embedders'
+    tokenizers, SQLite, a JSON response) accepts: text from files and requests passes here first."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def valid_strings(value: Any) -> Any:
+    """value (a string, or lists and dicts of them, as JSON and YAML give) with every string valid_unicode."""
+    if isinstance(value, str):
+        return valid_unicode(value)
+    if isinstance(value, list):
+        return [valid_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {valid_strings(k): valid_strings(v) for k, v in value.items()}
+    return value
 
 
 # ---- token estimates ------------------------------------------------------------------------------------

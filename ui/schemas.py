@@ -1,15 +1,28 @@
 """Request and response bodies of the HTTP API (pydantic). Validation of shape and bounds lives here;
 the question's length limit (settings.max_question_chars) is enforced by the service, which answers 413
-in the user's language. Whole-body size is capped by ui.server's body-limit middleware."""
+in the user's language. Whole-body size is capped by ui.server's body-limit middleware. Every request body
+replaces lone surrogates (a JSON "\\ud800" escape) with U+FFFD before validation: nothing after it (the
+embedder, SQLite, the JSON response that echoes a query) can encode them."""
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from assistant.filters import Filters
 from assistant.sessions import ID_PATTERN
+from assistant.text import valid_strings
 from assistant.types import Citation
+
+
+class RequestBody(BaseModel):
+    """A request body: its strings are valid Unicode (lone surrogates become U+FFFD)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        return valid_strings(data)
+
 
 # documented, not enforced by pydantic: the service refuses a blank text with its own 422 in the user's language
 NOT_BLANK: dict[str, Any] = {"minLength": 1, "pattern": r"\S"}
@@ -17,7 +30,7 @@ SessionId = Field(default=None, pattern=ID_PATTERN, description="The session_id 
                   "digits, issued by the server to this key); omit to start a new session.")
 
 
-class FiltersBody(BaseModel):
+class FiltersBody(RequestBody):
     """Restrict retrieval (the wire shape of assistant.filters.Filters). Unknown framework names are a 422."""
 
     model_config = ConfigDict(extra="forbid")
@@ -29,7 +42,7 @@ class FiltersBody(BaseModel):
         return Filters.parse(self.model_dump(exclude_none=True))
 
 
-class AskRequest(BaseModel):
+class AskRequest(RequestBody):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"question": "PyTorch 和 TensorFlow 哪个更适合做研究？", "stream": False},
         {"question": "What does DeepSpeed ZeRO partition?", "filters": {"framework": ["DeepSpeed"]}, "stream": True},
@@ -41,7 +54,7 @@ class AskRequest(BaseModel):
     stream: bool = Field(default=False, description="Server-Sent Events: sources, token..., citations, done")
 
 
-class SearchRequest(BaseModel):
+class SearchRequest(RequestBody):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"query": "混合精度训练", "k": 5}, {"query": "pipeline parallelism", "k": 3, "filters": {"language": "en"}},
     ]})
@@ -51,7 +64,7 @@ class SearchRequest(BaseModel):
     filters: FiltersBody | None = None
 
 
-class FeedbackRequest(BaseModel):
+class FeedbackRequest(RequestBody):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"session_id": "3f2a9c0d1e2b4a5c6d7e8f9012345678", "message_id": "9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e",
          "rating": "up", "comment": "clear"},
@@ -164,7 +177,7 @@ class ReadyStatus(BaseModel):
 
 
 # ---- OpenAI-compatible ------------------------------------------------------------------------
-class ChatMessage(BaseModel):
+class ChatMessage(RequestBody):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
@@ -175,7 +188,7 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(RequestBody):
     """The OpenAI body; sampling fields are accepted and ignored (the server's settings decide)."""
 
     model_config = ConfigDict(extra="allow", json_schema_extra={"examples": [
@@ -196,7 +209,7 @@ class ChatCompletionRequest(BaseModel):
     user: str | None = Field(default=None, max_length=128, description="Accepted and ignored (not a session id)")
 
 
-class AdviseRequest(BaseModel):
+class AdviseRequest(RequestBody):
     """A team's situation for the Advisor: any of the fields, and/or a free description in `text`."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [

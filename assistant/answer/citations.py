@@ -27,7 +27,9 @@ from ..text import HAN, cjk_count, split_sentences, starts_with_pronoun, tokeniz
 from ..types import Citation
 from .prompt import Source
 
-_MARK = re.compile(r"\s*[,，、]?\s*[\[【](\d+(?:\s*[,，、]\s*\d+)*)[\]】]")  # "[1], [2]": the commas go too
+# "[1], [2]": the commas go too. At most 6 digits a number: a longer one is no source number, and int() refuses
+# more than 4,300 digits (a ValueError out of the check)
+_MARK = re.compile(r"\s*[,，、]?\s*[\[【](\d{1,6}(?:\s*[,，、]\s*\d{1,6})*)[\]】]")
 _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
 _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"
@@ -81,9 +83,16 @@ class CheckedAnswer:
 def parse_markers(sentence: str) -> tuple[str, list[int]]:
     """The sentence without its [n] markers, and the numbers in order of appearance."""
     nums: list[int] = []
-    for m in _MARK.finditer(sentence):
-        nums.extend(int(x) for x in re.split(r"[,，、]", m.group(1)) if x.strip())
-    return _LITERAL_MARK.sub("", _MARK.sub("", sentence)).strip(), nums
+    # until none is left: removing the "[1]" of "[[1]2]" makes a new marker "[2]", which would otherwise stay in the
+    # answer as a citation nobody checked
+    while True:
+        found = list(_MARK.finditer(sentence))
+        literal = _LITERAL_MARK.search(sentence)
+        if not found and not literal:
+            return sentence.strip(), nums
+        for m in found:
+            nums.extend(int(x) for x in re.split(r"[,，、]", m.group(1)) if x.strip())
+        sentence = _LITERAL_MARK.sub("", _MARK.sub("", sentence))
 
 
 def is_factual(sentence: str) -> bool:

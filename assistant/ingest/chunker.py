@@ -30,7 +30,8 @@ from .sections import line_numbers
 DEFAULT_CHUNK_TOKENS = 160
 # bumped when the same file would give different chunks: an index built by another version re-chunks
 # every file (vectors of unchanged chunks are still reused from the embedding cache)
-CHUNKER_VERSION = 3  # 3: chunks carry licence, publisher and date; synced pages a line-anchored url
+CHUNKER_VERSION = 4  # 3: chunks carry licence, publisher and date; synced pages a line-anchored url. 4: a
+# header-only table is kept, a wide row stays within the budget
 MIN_TOKENS = 30
 TokenCounter = Callable[[str], int]
 
@@ -179,6 +180,8 @@ def _table_units(block: _Block, index: int, max_tokens: int, count: TokenCounter
     rows = block.text.split("\n")
     head = 2 if len(rows) > 1 and re.fullmatch(r"\|?[\s:|-]+\|?", rows[1].strip()) else 1
     header = "\n".join(rows[:head])
+    if head >= len(rows):  # a header and no rows (or one "| ..." line of prose): cut as text, not lost
+        return [u for a, b in _cut(block.text, max_tokens, count, 1) if (u := block.span(a, b, index))]
     units: list[_Unit] = []
     cur: list[int] = []
     for r in range(head, len(rows)):
@@ -220,6 +223,8 @@ def _wide_row(header: str, row: str, max_tokens: int, count: TokenCounter) -> li
             cols = []
         if count(table([k])) > max_tokens:  # a single cell over budget: its text is cut as prose
             lead = f"{cells[0]} / {heads[k]}: "
+            if count(lead) > max_tokens // 2:  # a key or header this long keeps its start only
+                lead = lead[:_cut(lead, max_tokens // 2, count, 3)[0][1]].rstrip() + "…: "
             text = cells[k]
             pieces.extend(lead + text[a:b] for a, b in _cut(text, max_tokens - count(lead), count))
             continue

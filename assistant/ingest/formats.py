@@ -7,7 +7,8 @@ into `LoadError`.
 Line numbers:
 - .ipynb: the line of the JSON file where each source line of a cell sits (nbformat writes one
   source line per JSON line); when a cell's source is one JSON string, all its lines point at the
-  line of `"source"`. Outputs are dropped.
+  line of `"source"`; a line number never passes the file's last line (JSON written compactly). Outputs
+  are dropped.
 - HTML: the source line of the element (bs4 `sourceline`), + i for the lines of a <pre>.
 - PDF: the line within the page's extracted text; the heading path ends with "p. N".
 """
@@ -37,6 +38,8 @@ def load_notebook(text: str) -> tuple[list[MappedSection], str, dict[str, Any]]:
         cells = nb["cells"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"invalid notebook JSON: {e}") from None
+    except RecursionError:
+        raise ValueError("invalid notebook JSON: nested too deeply") from None
     raw_lines = text.split("\n")
     src_at = _source_lines(raw_lines)
     lang = str(nb.get("metadata", {}).get("kernelspec", {}).get("language", "python"))
@@ -49,8 +52,9 @@ def load_notebook(text: str) -> tuple[list[MappedSection], str, dict[str, Any]]:
         at = src_at[k] if k < len(src_at) else 1
         k += 1
         if isinstance(src, list):
-            parts = "".join(src).split("\n")
-            nums = [at + 1 + j for j in range(len(parts))]
+            parts = "".join(str(x) for x in src).split("\n")
+            # within the file: JSON not written one source line per line (a notebook on one line) ends early
+            nums = [min(at + 1 + j, len(raw_lines)) for j in range(len(parts))]
         else:
             parts = str(src).split("\n")
             nums = [at] * len(parts)

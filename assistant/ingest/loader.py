@@ -4,10 +4,13 @@ Owns the format dispatch by suffix, the `source` naming rule (relative to the pa
 indexed root, so citations read `framework-docs/jax/docs/...` or `corpus/notes/...`), document
 metadata (front matter first, then the path, then the text; a page of a synced docs folder gets its upstream
 link and licence from that folder's cache lock, assistant/corpus/sync.py) and the error policy: anything that
-cannot be read becomes `LoadError(path, reason)`, which `load_all` collects and reports.
+cannot be read becomes `LoadError(path, reason)`, which `load_all` collects and reports. Text that
+leaves here is valid Unicode: a lone surrogate (a JSON or YAML escape such as "\\ud800" decodes to one)
+becomes U+FFFD, since the index, the embedder and the HTTP responses cannot encode it.
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Iterable
@@ -17,6 +20,7 @@ from typing import Any
 from assistant.errors import UserError
 from assistant.frameworks import canonical, framework_counts
 from assistant.lang import detect_language
+from assistant.text import valid_strings, valid_unicode
 from assistant.types import Document
 
 from . import formats
@@ -107,7 +111,10 @@ def load_document(path: Path, root: Path | None = None) -> Document:
         sections, title, meta = _parse(path, kind, data)
     except ValueError as e:
         raise LoadError(path, str(e)) from None
-    meta = {k: v for k, v in meta.items() if v is not None}
+    sections = [dataclasses.replace(s, text=valid_unicode(s.text), heading_path=tuple(valid_unicode(h) for h in s.heading_path))
+                for s in sections]
+    title = valid_unicode(title)
+    meta = {k: valid_strings(v) for k, v in meta.items() if v is not None}
     text = "\n".join(s.text for s in sections)
     title = str(meta.get("title") or title or formats.stem_title(path)).strip()
     lang = str(meta.get("language", "")).lower()

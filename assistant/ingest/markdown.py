@@ -37,7 +37,7 @@ def split_front_matter(lines: list[Line]) -> tuple[dict[str, Any], list[Line]]:
         if lines[i][1].strip() in ("---", "..."):
             try:
                 meta = yaml.safe_load("\n".join(t for _, t in lines[1:i])) or {}
-            except yaml.YAMLError:
+            except (yaml.YAMLError, RecursionError):  # RecursionError: "[[[[..." nested thousands deep
                 meta = {}
             return (meta if isinstance(meta, dict) else {}), lines[i + 1:]
     return {}, lines
