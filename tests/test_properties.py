@@ -360,7 +360,7 @@ def test_any_env_value_gives_settings_or_a_user_error(monkeypatch, name: str, va
 
 
 @pytest.mark.parametrize("env", [{"ASSISTANT_TOP_K": "abc"}, {"ASSISTANT_BACKEND": "\u202e\x1bzzz"},
-                                 {"ASSISTANT_DOCS": "["}, {"ASSISTANT_TEMPERATURE": "nan?"},
+                                 {"ASSISTANT_MAX_QUEUE": "-1"}, {"ASSISTANT_TEMPERATURE": "nan?"},
                                  {"ASSISTANT_SETTINGS_FILE": "bad.toml"}])
 def test_the_cli_reports_a_bad_setting_in_one_line(tmp_path: Path, env: dict[str, str]) -> None:
     (tmp_path / "bad.toml").write_bytes(b"top_k = [\n\xff")

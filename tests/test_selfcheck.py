@@ -107,13 +107,14 @@ def test_model_prepare_with_a_crashing_engine_exits_non_zero_with_the_message(tm
     assert "Traceback" not in out.stderr + out.stdout
 
 
-def test_serve_with_a_crashing_engine_exits_before_binding_the_port(tmp_path: Path, fast_path: Path) -> None:
+def test_serve_with_a_crashing_engine_exits_before_binding_the_port(tmp_path: Path, fast_path: Path,
+                                                                   corpus_index: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = _cli(["serve", "--port", str(port), "--model", str(fast_path)], tmp_path, _broken_engine(tmp_path),
-               ASSISTANT_INDEX_DIR=str(tmp_path / "index"), ASSISTANT_STATE_DIR=str(tmp_path / "state"))
-    assert out.returncode == 3, out.stderr[-2000:]
+               ASSISTANT_INDEX_DIR=str(corpus_index), ASSISTANT_STATE_DIR=str(tmp_path / "state"))
+    assert out.returncode == 3, out.stderr[-2000:]  # a real index: serve's missing-index check passes first
     assert "SIGILL" in out.stderr and "make rebuild-llama" in out.stderr
     assert "Uvicorn running" not in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "state").exists()  # nothing was started: not even the session store

@@ -81,7 +81,7 @@ def require_generation(index_dir: Path) -> Path:
     """The live generation, or the "build it first" UserError when there is no index yet."""
     gen = current_generation(index_dir)
     if gen is None:
-        log.error("no index in %s", index_dir.resolve())  # the path goes to the log, not to clients
+        log.info("no index in %s", index_dir.resolve())  # the path goes to the server log, not to clients (nor the CLI)
         raise UserError(
             "index_missing",
             "There is no index yet. Build it first: assistant index build",
