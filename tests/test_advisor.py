@@ -45,7 +45,7 @@ def test_parse_free_text_chinese():
     assert sc.lang == "zh" and sc.known_frameworks == ["PyTorch"]
     assert sc.hardware == "npu" and "localisation" in sc.goals
     assert sc.params == pytest.approx(1e11) and sc.domain == "llm_pretrain"
-    assert sc.stage == "prototype"
+    assert sc.org == "startup" and sc.team_size == 5 and sc.stage is None  # a start-up is an org, not a stage
 
 
 def test_parse_free_text_english():
@@ -53,7 +53,7 @@ def test_parse_free_text_english():
     assert sc.lang == "en" and sc.known_frameworks == ["TensorFlow"]
     assert sc.hardware == "tpu" and "mobile" in sc.goals and "cloud:gcp" in sc.goals
     sc2 = parse_free_text("A startup fine-tuning a 7B model on a few GPUs; we run out of GPU memory.")
-    assert sc2.stage == "prototype" and sc2.params == pytest.approx(7e9)
+    assert sc2.org == "startup" and sc2.stage is None and sc2.params == pytest.approx(7e9)
     assert sc2.domain == "llm_finetune" and sc2.hardware == "few_gpus" and "memory_limited" in sc2.goals
     assert parse_free_text("听说研究界更流行 PyTorch，团队都只用过 TensorFlow").known_frameworks == ["TensorFlow"]
 

@@ -145,6 +145,22 @@ def _is_memory(low: str, end: int) -> bool:
     return bool(re.match(r"\s*(?:gb|g\b|tb)", low[end:end + 4]))
 
 
+_KIND_MEMORY_GB = {"A100": 80, "H100": 80, "H800": 80, "A800": 80, "H20": 96, "V100": 32, "T4": 16, "A10": 24, "A10G": 24,
+                   "L4": 24, "L40": 48, "L40S": 48, "B200": 192}
+_MEMORY = re.compile(r"(\d{1,3})\s*g(?:b|i?b)?\s*(?:的)?\s*(?:显存|vram|gpu memory|of (?:gpu )?memory|显卡|gpus?|cards?|" + _GPU_MODEL + ")"
+                     r"|(?:" + _GPU_MODEL + r")\s*[- ]?(\d{2,3})\s*g(?:b)?(?![a-z])", re.I)
+
+
+def gpu_memory_gb(text: str, kind: str | None) -> float | None:
+    """Memory of one GPU: stated ("24GB 显卡", "A100 40G", "32GB V100") or known for the named model; None if unknown."""
+    m = _MEMORY.search(text)
+    if m:
+        return float(m.group(1) or m.group(2))
+    if kind and kind.startswith("RTX"):
+        return 24.0 if re.search(r"[34]090", kind) else 12.0
+    return float(_KIND_MEMORY_GB[kind]) if kind in _KIND_MEMORY_GB else None
+
+
 # ---- team size -----------------------------------------------------------------------------------
 _PEOPLE = r"(?:人|个人|名|位)"
 _TEAM = (

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import UserError
 from ..frameworks import canonical, find_frameworks
 from ..lang import detect_language
-from .quantities import accelerator_count, accelerator_kind, cn_number, team_size
+from .quantities import accelerator_count, accelerator_kind, cn_number, gpu_memory_gb, team_size
 
 STAGES = ("research", "prototype", "production")
 HARDWARE = ("cpu", "few_gpus", "gpu_cluster", "tpu", "npu")
@@ -155,8 +155,9 @@ _SCALE_IN_TEXT = re.compile(
 def _scale_from_text(text: str) -> str | None:
     for m in _SCALE_IN_TEXT.finditer(text):
         raw = next(g for g in m.groups() if g)
-        if _NOT_PARAMS.match(text, m.end()) or re.match(r"\s*(?:gb|tb|mb)", text[m.end() - 1:m.end() + 3], re.I):
-            continue
+        if _NOT_PARAMS.match(text, m.end()) or re.match(r"\s*(?:gb|tb|mb)", text[m.end() - 1:m.end() + 3], re.I) \
+                or re.search(r"(?:昇腾|ascend|huawei|华为)\s*$", text[max(0, m.start() - 8):m.start()], re.I):
+            continue  # "昇腾 910B" names a chip
         compact = re.sub(r"\s+|-", "", raw).lower().replace("atrillion", "1trillion").replace("onetrillion", "1trillion")
         cn = re.fullmatch(r"([零一二两三四五六七八九十百千]+)亿", compact)
         if cn and compact not in ("千亿", "百亿"):
@@ -217,7 +218,8 @@ _GOALS = (("localisation", r"国产|信创|自主可控|domestic|locali[sz]|去�
           ("long_sequence", r"长序列|超长|长上下文|long sequence|long context|\b\d{2,3}k tokens|\b\d{2,3}k context"),
           ("moe", r"moe|混合专家|mixture[- ]of[- ]experts|expert parallel|专家并行"), ("fp8", r"fp8"),
           ("heterogeneous_memory", r"异构内存|cpu\s*内存|显存加|heterogeneous memory|cpu memory"),
-          ("memory_limited", r"显存.{0,4}不够|显存不足|放不下|out of (?:gpu )?memory|\boom\b|single \d+\s*gb|单卡|limited gpu memory|"
+          ("memory_limited", r"显存.{0,4}不够|显存不足|放不下|超出显存|超过显存|装不下|exceeds? (?:the )?(?:gpu )?memory|"
+                             r"(?:larger|bigger) than (?:the |our )?(?:gpu )?memory|out of (?:gpu )?memory|\boom\b|single \d+\s*gb|单卡|limited gpu memory|"
                              r"doesn't fit|does not fit|won't fit|显存有限"),
           ("few_code_changes", r"少改代码|不改代码|without rewriting|without changing|few code changes|minimal code"),
           ("debugging", r"调试|debug|pdb"), ("functional", r"函数式|functional|jit|vmap|可组合|composable"),
@@ -232,12 +234,9 @@ def _first_rule(rules: tuple[tuple[str, str], ...], low: str) -> str | None:
     return None
 
 
-_STARTUP = r"初创|创业|startup|start-up"  # a start-up hints at a prototype, weaker than a stated stage
-
-
 def _stage(low: str) -> str | None:
-    counts = {v: float(len(re.findall(p, low))) for v, p in _RULES["stage"]}
-    counts["prototype"] += 0.5 * len(re.findall(_STARTUP, low))
+    """The stage the text states; a start-up is an organisation (`org`), not a stage (it may pre-train at scale)."""
+    counts = {v: len(re.findall(p, low)) for v, p in _RULES["stage"]}
     best = max(counts.values())
     return None if best == 0 else next(v for v in STAGES if counts[v] == best)
 
@@ -289,14 +288,26 @@ def parse_free_text(text: str) -> Scenario:
     params = parse_scale(scale) if scale else None
     goals = [g for g, p in _GOALS if re.search(p, low)]
     count = accelerator_count(text)
+    kind = accelerator_kind(text)
     hardware = _hardware(low, count)
     if hardware == "few_gpus" and count is None and params and params >= 1e11 and re.search(r"集群|cluster", low):
         hardware = "gpu_cluster"
+    if hardware == "few_gpus" and params and "memory_limited" not in goals and _exceeds_memory(params, count, text, kind):
+        goals.append("memory_limited")
     return Scenario(known_frameworks=_known(text), stage=_stage(low), hardware=hardware, model_scale=scale,
                     data_scale=_data_scale(text), domain=_domain(low, params), goals=goals, text=text,
                     lang=detect_language(text) if text.strip() else "en", accelerators=count,
-                    accelerator=accelerator_kind(text), team_size=team_size(text), org=_first_rule(_ORG, low),
+                    accelerator=kind, team_size=team_size(text), org=_first_rule(_ORG, low),
                     experience=_first_rule(_EXPERIENCE, low))
+
+
+TRAINING_BYTES_PER_PARAM = 16  # mixed-precision Adam: fp16 weights and gradients, fp32 master weights and two moments
+
+
+def _exceeds_memory(params: float, count: int | None, text: str, kind: str | None) -> bool:
+    """Training state (16 bytes a parameter) larger than the GPUs' memory (unknown: 40 GB each, one GPU if uncounted)."""
+    per_gpu = gpu_memory_gb(text, kind) or 40.0
+    return params * TRAINING_BYTES_PER_PARAM > (count or 1) * per_gpu * 1e9
 
 
 _OVERRIDABLE = ("stage", "model_scale", "data_scale", "team_size", "org", "experience")
