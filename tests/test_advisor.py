@@ -16,23 +16,6 @@ from assistant.advisor.scenario import Scenario, parse_free_text, parse_scale
 from assistant.errors import UserError
 
 
-class _NoModel:
-    """Stands where the chat model goes; any use fails the test."""
-
-    def __getattr__(self, name: str):
-        raise AssertionError(f"the Advisor used the language model ({name})")
-
-
-@pytest.fixture(scope="module")
-def adv_service(fast_settings):
-    from assistant.service import AssistantService
-
-    svc = AssistantService(fast_settings, chat_model=_NoModel())  # type: ignore[arg-type]
-    yield svc
-    svc.sessions.close()
-    svc._retriever and svc._retriever.snap.close()
-
-
 # ---- pure parts ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("raw,params", [("7B", 7e9), ("300M", 3e8), ("1.5b", 1.5e9), ("175B", 1.75e11), ("千亿", 1e11),
                                         ("1750亿", 1.75e11), ("130 亿", 1.3e10), ("10-billion", 1e10), ("1T", 1e12)])

@@ -12,21 +12,6 @@ PT, TF, PD, JAX = "PyTorch", "TensorFlow", "PaddlePaddle", "JAX"
 DS, MG, CA = "PyTorch + DeepSpeed", "PyTorch + Megatron-LM", "Colossal-AI"
 
 
-class _NoModel:
-    def __getattr__(self, name: str):
-        raise AssertionError(f"the Advisor used the language model ({name})")
-
-
-@pytest.fixture(scope="module")
-def adv_service(fast_settings):
-    from assistant.service import AssistantService
-
-    svc = AssistantService(fast_settings, chat_model=_NoModel())  # type: ignore[arg-type]
-    yield svc
-    svc.sessions.close()
-    svc._retriever and svc._retriever.snap.close()
-
-
 def _check_traced(a: dict) -> None:
     numbers = {c["n"] for c in a["citations"]}
     for entry in a["ranking"]:

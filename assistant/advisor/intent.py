@@ -42,8 +42,8 @@ def is_selection_question(text: str, lang: str | None = None) -> bool:
     low = text.lower().strip()
     if not low:
         return False
-    langs = (lang,) if lang in ("zh", "en") else (detect_language(text),)
-    langs = tuple(dict.fromkeys((*langs, "zh", "en")))  # mixed-language questions: both rule sets apply
+    first = lang if lang in ("zh", "en") else detect_language(text)
+    langs = tuple(dict.fromkeys((str(first), "zh", "en")))  # mixed-language questions: both rule sets apply
     stripped = re.sub(_PASSIVE, " ", low)
     if any(re.search(_STRONG[lg], stripped) for lg in langs):
         return True
