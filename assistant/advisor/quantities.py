@@ -97,6 +97,7 @@ _PER_NODE = (
     re.compile(rf"({NUM})\s*(?:x|×|\*)\s*({NUM})\s*(?:{_GPU_MODEL}\s*)?{_GPU_WORD}?", re.I),  # "4 x 8 GPUs", "2×8卡"
     re.compile(rf"({NUM})\s*(?:个|台)?\s*(?:8|八)\s*卡\s*(?:机器|服务器|节点|的机器)", re.I),
 )
+_NOT_A_COUNT = r"(?!\s*(?:cluster|集群|nodes?|servers?|machines?|pods?|farm|provider|cloud|memory|显存))"  # "a GPU cluster"
 _MACHINES_CARDS = re.compile(rf"({NUM})\s*机\s*({NUM})\s*卡")
 _MODEL_NUMBERS = {1080} | {g * 1000 + m * 10 for g in (2, 3, 4, 5) for m in range(5, 10)}  # "3090 显卡" names a card, it is not a count
 _TOTAL = (
@@ -113,7 +114,7 @@ _VAGUE = ((re.compile(r"万卡|上万张|tens of thousands of (?:gpus|accelerato
           (re.compile(r"千卡|上千张|数千张|几千张|thousands of (?:gpus|accelerators|h100s?|a100s?|cards)|a thousand gpus", re.I), 1000),
           (re.compile(r"几百张|数百张|上百张|百卡|hundreds of (?:gpus|accelerators|cards|h100s?|a100s?)", re.I), 200),
           (re.compile(r"几十张|数十张|dozens of (?:gpus|cards)", re.I), 32),
-          (re.compile(r"单卡|单张|一张卡|single (?:gpu|card)|one gpu|a gpu\b|1 gpu", re.I), 1))
+          (re.compile(r"(?:单卡|单张|一张卡|single (?:gpu|card)|one gpu|a gpu\b|1 gpu)" + _NOT_A_COUNT, re.I), 1))
 
 
 def accelerator_count(text: str) -> int | None:
@@ -132,6 +133,8 @@ def accelerator_count(text: str) -> int | None:
     for pat in _TOTAL:
         for m in pat.finditer(low):
             n = number(m.group(1))
+            if n == 1 and re.match(_NOT_A_COUNT, low[m.end():]) is None:
+                continue  # "a GPU cluster", "一个 GPU 集群": one cluster, not one GPU
             if n and 0 < n <= 1_000_000 and n not in _MODEL_NUMBERS and not _is_memory(low, m.end()):
                 return n
     for pat, n in _VAGUE:
