@@ -106,3 +106,21 @@ def pg_server():
 def pg_url(pg_server) -> str:
     """The URL of a fresh, empty PostgreSQL database for one test."""
     return pg_server.create_database()
+
+
+class _NoModel:
+    """Stands where the chat model goes; any use fails the test."""
+
+    def __getattr__(self, name: str):
+        raise AssertionError(f"the Advisor used the language model ({name})")
+
+
+@pytest.fixture(scope="module")
+def adv_service(fast_settings):
+    """A real service (index, embedder) whose chat model fails any use: the Advisor must not call the model."""
+    from assistant.service import AssistantService
+
+    svc = AssistantService(fast_settings, chat_model=_NoModel())  # type: ignore[arg-type]
+    yield svc
+    svc.sessions.close()
+    svc._retriever and svc._retriever.snap.close()

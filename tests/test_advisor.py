@@ -16,23 +16,6 @@ from assistant.advisor.scenario import Scenario, parse_free_text, parse_scale
 from assistant.errors import UserError
 
 
-class _NoModel:
-    """Stands where the chat model goes; any use fails the test."""
-
-    def __getattr__(self, name: str):
-        raise AssertionError(f"the Advisor used the language model ({name})")
-
-
-@pytest.fixture(scope="module")
-def adv_service(fast_settings):
-    from assistant.service import AssistantService
-
-    svc = AssistantService(fast_settings, chat_model=_NoModel())  # type: ignore[arg-type]
-    yield svc
-    svc.sessions.close()
-    svc._retriever and svc._retriever.snap.close()
-
-
 # ---- pure parts ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("raw,params", [("7B", 7e9), ("300M", 3e8), ("1.5b", 1.5e9), ("175B", 1.75e11), ("千亿", 1e11),
                                         ("1750亿", 1.75e11), ("130 亿", 1.3e10), ("10-billion", 1e10), ("1T", 1e12)])
@@ -45,7 +28,7 @@ def test_parse_free_text_chinese():
     assert sc.lang == "zh" and sc.known_frameworks == ["PyTorch"]
     assert sc.hardware == "npu" and "localisation" in sc.goals
     assert sc.params == pytest.approx(1e11) and sc.domain == "llm_pretrain"
-    assert sc.stage == "prototype"
+    assert sc.org == "startup" and sc.team_size == 5 and sc.stage is None  # a start-up is an org, not a stage
 
 
 def test_parse_free_text_english():
@@ -53,7 +36,7 @@ def test_parse_free_text_english():
     assert sc.lang == "en" and sc.known_frameworks == ["TensorFlow"]
     assert sc.hardware == "tpu" and "mobile" in sc.goals and "cloud:gcp" in sc.goals
     sc2 = parse_free_text("A startup fine-tuning a 7B model on a few GPUs; we run out of GPU memory.")
-    assert sc2.stage == "prototype" and sc2.params == pytest.approx(7e9)
+    assert sc2.org == "startup" and sc2.stage is None and sc2.params == pytest.approx(7e9)
     assert sc2.domain == "llm_finetune" and sc2.hardware == "few_gpus" and "memory_limited" in sc2.goals
     assert parse_free_text("听说研究界更流行 PyTorch，团队都只用过 TensorFlow").known_frameworks == ["TensorFlow"]
 

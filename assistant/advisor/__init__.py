@@ -2,8 +2,10 @@
 
 `advise(service, scenario)` parses the scenario (Scenario, dict or free text), resolves the rubric's facts to
 passages of the index (rubric.py), scores every candidate, and assembles an `Advice`: the ranking with
-reasons, a candidate x criterion table in which every cell cites a passage, what would change the top choice
-(the rubric re-run with one field changed), and the article's trial plan for the two top candidates.
+reasons, a candidate x criterion table in which every cell cites a passage, the margin between the first two
+(a tie when it is below the rubric's `tie_epsilon`, with the cited facts that decide between the tied ones),
+what would change the top choice (the rubric re-run with one field changed), and the article's trial plan for
+the two top candidates.
 Deterministic and model-free: it uses `service.search` only, never the language model.
 """
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any
 from ..interfaces import Searcher
 from ..types import Citation
 from .rubric import CandidateScore, Fact, Rubric, load_rubric, resolve_facts, score
-from .scenario import HARDWARE, STAGES, Scenario, parse_free_text, to_scenario
+from .scenario import HARDWARE, STAGES, Scenario, merge_situation, parse_free_text, situation_from_turns, to_scenario
 
-__all__ = ["Advice", "Scenario", "advise", "parse_free_text", "load_rubric"]
+__all__ = ["Advice", "Scenario", "advise", "parse_free_text", "merge_situation", "situation_from_turns", "load_rubric"]
+NARROW_MARGIN = 0.05  # below this (and above the tie epsilon) the lead is reported as narrow
 
 
 @dataclass
@@ -30,9 +33,11 @@ class Advice:
     language: str
     summary: str = ""
     dropped_facts: list[str] = field(default_factory=list)
+    margin: dict[str, Any] = field(default_factory=dict)
+    tie: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary, "ranking": self.ranking, "table": self.table,
+        return {"summary": self.summary, "margin": self.margin, "tie": self.tie, "ranking": self.ranking, "table": self.table,
                 "what_would_change": self.what_would_change, "trial_plan": self.trial_plan,
                 "citations": self.citations, "scenario": self.scenario, "language": self.language,
                 "dropped_facts": self.dropped_facts}
@@ -75,8 +80,10 @@ def advise(service: Searcher, scenario: Scenario | dict[str, Any] | str) -> Advi
     changes = what_would_change(rubric, sc, resolved, ranked, cites)
     plan = _trial_plan(rubric, ranked, cites, lang)
     dropped = sorted(f.id for f in rubric.facts if f.id not in resolved)
+    margin = _margin(rubric, ranked)
+    tie = _tie(rubric, ranked, cites, lang)
     return Advice(ranking, table, changes, plan, cites.records, sc.to_dict(), lang,
-                  _summary(ranked, lang), dropped)
+                  _summary(ranked, margin, tie, lang), dropped, margin, tie)
 
 
 # ---- ranking and table ---------------------------------------------------------------------------
@@ -203,8 +210,49 @@ def _trial_plan(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations,
             "citations": cited}
 
 
-def _summary(ranked: list[CandidateScore], lang: str) -> str:
+# ---- margin, tie and summary ---------------------------------------------------------------------
+def _margin(rubric: Rubric, ranked: list[CandidateScore]) -> dict[str, Any]:
     a, b = ranked[0], ranked[1]
+    value = round(a.total - b.total, 4)
+    label = "tie" if value < rubric.tie_epsilon else "narrow" if value < NARROW_MARGIN else "clear"
+    return {"top": a.name, "runner_up": b.name, "value": value, "label": label, "tie_epsilon": rubric.tie_epsilon,
+            "narrow_below": NARROW_MARGIN}
+
+
+def _tie(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> dict[str, Any] | None:
+    """When the first candidates are within the epsilon: each one's strongest cited facts the others lack."""
+    tied = [cs for cs in ranked if ranked[0].total - cs.total < rubric.tie_epsilon]
+    if len(tied) < 2:
+        return None
+
+    def own(cs: CandidateScore) -> list[tuple[float, Fact]]:
+        return [(rubric.weights[c] * f.points, f) for c, fs in cs.facts.items() for f in fs if f.points > 0]
+
+    decides = []
+    for cs in tied:
+        others = {f.id.split(":")[0] for o in tied if o is not cs for _, f in own(o)}
+        distinct = sorted((w for w in own(cs) if w[1].id.split(":")[0] not in others), key=lambda w: (-w[0], w[1].id))[:2]
+        decides.append({"candidate": cs.name, "score": cs.total,
+                        "choose_if": [{"text": f.claim[lang], "criterion": f.criterion, "citations": [cites.cite(f)]}
+                                      for _, f in distinct]})
+    names = [cs.name for cs in tied]
     if lang == "zh":
-        return f"推荐 {a.name}（得分 {a.total:.2f}），其次是 {b.name}（{b.total:.2f}）。"
-    return f"Recommended: {a.name} (score {a.total:.2f}); runner-up: {b.name} ({b.total:.2f})."
+        text = f"{'、'.join(names)} 打平（分差小于 {rubric.tie_epsilon}），决定因素见下。"
+    else:
+        text = f"{' and '.join(names)} tie (within {rubric.tie_epsilon}); what decides between them follows."
+    return {"candidates": names, "text": text, "decides": decides}
+
+
+def _summary(ranked: list[CandidateScore], margin: dict[str, Any], tie: dict[str, Any] | None, lang: str) -> str:
+    a, b = ranked[0], ranked[1]
+    gap = margin["value"]
+    if tie:
+        names = tie["candidates"]
+        if lang == "zh":
+            return f"{'、'.join(names)} 打平（{a.total:.2f} 对 {b.total:.2f}，分差 {gap:.3f} 小于 {margin['tie_epsilon']}）。"
+        return f"Tie: {' and '.join(names)} ({a.total:.2f} vs {b.total:.2f}, {gap:.3f} apart, within {margin['tie_epsilon']})."
+    if lang == "zh":
+        word = "领先较小" if margin["label"] == "narrow" else "明显领先"
+        return f"推荐 {a.name}（得分 {a.total:.2f}），其次是 {b.name}（{b.total:.2f}），领先 {gap:.2f}（{word}）。"
+    word = "a narrow lead" if margin["label"] == "narrow" else "a clear lead"
+    return f"Recommended: {a.name} (score {a.total:.2f}); runner-up: {b.name} ({b.total:.2f}), {gap:.2f} behind ({word})."

@@ -55,6 +55,13 @@ def run_advise(service: Answerer, args: argparse.Namespace) -> int:
 def render_text(a: dict[str, Any]) -> str:
     zh = a["language"] == "zh"
     out = [a["summary"], ""]
+    if a.get("tie"):
+        out.append(a["tie"]["text"])
+        for d in a["tie"]["decides"]:
+            out.append(f"  {d['candidate']}:")
+            out += [f"     {'选它，如果' if zh else 'choose it if'}: {c['text']} " + "".join(f"[{n}]" for n in c["citations"])
+                    for c in d["choose_if"]]
+        out.append("")
     for i, r in enumerate(a["ranking"], 1):
         out.append(f"{i}. {r['name']}  {r['score']:.3f}")
         for reason in r["reasons"][:4]:

@@ -54,3 +54,44 @@ def score_cases(service: Searcher, cases: list[dict[str, Any]]) -> tuple[list[di
                            for sub in [[r for r in rows if r["lang"] == lang]]},
                "misses": [r["id"] for r in rows if not r["top1_correct"]]}
     return rows, summary
+
+
+# ---- the parse set (eval/advisor_parse.jsonl) ------------------------------------------------------
+def _field_ok(name: str, expected: Any, sc: Any) -> bool:
+    got = sc.params if name == "params" else getattr(sc, name)
+    if name == "params":
+        return got is None if expected is None else got is not None and abs(got - expected) <= 0.01 * expected
+    if name == "known_frameworks":
+        return set(got) == set(expected)
+    if name == "goals":  # the expected goals are present; other derived goals are allowed
+        return set(expected) <= set(got)
+    if name == "accelerator" and expected is not None:
+        return got is not None and got.replace(" ", "").lower() == str(expected).replace(" ", "").lower()
+    return bool(got == expected)
+
+
+def score_parse_case(case: dict[str, Any]) -> dict[str, Any]:
+    """Parse one case ({"text"} or {"turns": [...]}, folded with situation_from_turns) and check its expected fields."""
+    from .scenario import parse_free_text, situation_from_turns
+
+    sc = situation_from_turns(case["turns"]) if case.get("turns") else parse_free_text(case["text"])
+    fields = {name: _field_ok(name, exp, sc) for name, exp in case["expect"].items()}
+    got = {name: (sc.params if name == "params" else getattr(sc, name)) for name in case["expect"]}
+    return {"id": case.get("id", ""), "lang": case.get("lang"), "fields": fields, "got": got, "expect": case["expect"]}
+
+
+def score_parse_cases(cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per-field accuracy and overall accuracy (correct fields / expected fields) of the free-text parser."""
+    rows = [score_parse_case(c) for c in cases]
+    per: dict[str, list[bool]] = {}
+    for r in rows:
+        for name, ok in r["fields"].items():
+            per.setdefault(name, []).append(ok)
+    total = [ok for oks in per.values() for ok in oks]
+    summary = {"n": len(rows), "fields": len(total), "overall": round(sum(total) / len(total), 4) if total else 0.0,
+               "per_field": {k: {"n": len(v), "accuracy": round(sum(v) / len(v), 4)} for k, v in sorted(per.items())},
+               "by_lang": {lang: round(sum(ok for r in rows if r["lang"] == lang for ok in r["fields"].values()) /
+                                       max(1, sum(len(r["fields"]) for r in rows if r["lang"] == lang)), 4)
+                           for lang in sorted({str(r["lang"]) for r in rows})},
+               "misses": [f"{r['id']}:{k}" for r in rows for k, ok in r["fields"].items() if not ok]}
+    return rows, summary

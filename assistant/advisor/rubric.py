@@ -46,6 +46,7 @@ class Rubric:
     scale: float
     facts: list[Fact]
     trial_plan: dict[str, Any]
+    tie_epsilon: float = 0.015
     trial_fact: Fact = field(init=False)
 
     def __post_init__(self) -> None:
@@ -70,7 +71,7 @@ def load_rubric(path: Path = RUBRIC_PATH) -> Rubric:
             facts.append(Fact(f"{f['id']}:{name}" if len(names) > 1 else f["id"], name, f["criterion"], f.get("when") or {},
                               float(f["points"]), claim, ev["source"], ev["query"], tuple(str(m) for m in ev["match"])))
     return Rubric(list(bases), bases, {k: float(v) for k, v in raw["weights"].items()}, raw["criteria"],
-                  float(raw.get("scale", 4)), facts, raw["trial_plan"])
+                  float(raw.get("scale", 4)), facts, raw["trial_plan"], float(raw.get("tie_epsilon", 0.015)))
 
 
 # ---- conditions ----------------------------------------------------------------------------------
@@ -83,9 +84,15 @@ def _team(sc: Scenario, base: str) -> str:
 
 def applies(fact: Fact, sc: Scenario, base: str) -> bool:
     """All keys of the fact's condition hold for the scenario."""
+    return _holds(fact.when, fact.id, sc, base)
+
+
+def _holds(when: dict[str, Any], fact_id: str, sc: Scenario, base: str) -> bool:
     params = sc.params
-    for key, val in fact.when.items():
-        if key in ("stage", "hardware", "domain", "lang"):
+    for key, val in when.items():
+        if key == "any":  # a list of conditions, one of which must hold
+            ok = any(_holds(alt, fact_id, sc, base) for alt in val)
+        elif key in ("stage", "hardware", "domain", "lang", "org", "experience"):
             ok = getattr(sc, key) in val
         elif key == "not_hardware":
             ok = sc.hardware is not None and sc.hardware not in val
@@ -95,10 +102,18 @@ def applies(fact: Fact, sc: Scenario, base: str) -> bool:
             ok = params is not None and params >= float(val)
         elif key == "max_params":
             ok = params is not None and params < float(val)
+        elif key == "min_accelerators":
+            ok = sc.accelerators is not None and sc.accelerators >= int(val)
+        elif key == "max_accelerators":
+            ok = sc.accelerators is not None and sc.accelerators < int(val)
+        elif key == "accelerators_stated":
+            ok = (sc.accelerators is not None) == bool(val)
+        elif key == "max_team_size":
+            ok = sc.team_size is not None and sc.team_size <= int(val)
         elif key == "team":
             ok = _team(sc, base) == val
         else:
-            raise ValueError(f"rubric fact {fact.id}: unknown condition {key!r}")
+            raise ValueError(f"rubric fact {fact_id}: unknown condition {key!r}")
         if not ok:
             return False
     return True
