@@ -107,10 +107,10 @@ serve:
 
 test: install browser-deps postgres-deps
 	$(BIN)/assistant model prepare fast
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 test-slow: install-torch
-	$(BIN)/pytest -m slow
+	$(BIN)/pytest -m slow $(PYTEST_ARGS)
 
 test-all: test test-slow
 
