@@ -51,6 +51,9 @@ def run_schemathesis(srv: ServerProcess, tmp: Path, name: str, *args: str, max_e
     assert report.exists(), out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads(report.read_text())
     assert result["exit_code"] == 0 and not result["failures"] and not result["errors"], out.stdout[-6000:]
+    ops, phases = result["operations"], ", ".join(f"{k}: {v['status']}" for k, v in result["phases"].items())
+    print(f"\n[schemathesis] {name}: operations {ops['tested']}/{ops['total']}, test cases {result['test_cases']}, "
+          f"failures {len(result['failures'])}, phases ({phases})")
     return result
 
 
