@@ -55,6 +55,11 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         meta = current_meta(index_dir)
         if meta is not None:  # folders added earlier with --docs stay in the index
             roots += [Path(r) for r in meta.roots if Path(r).exists()]
+    from .documents import DocumentLibrary, uploads_dir
+
+    uploads = uploads_dir(s.state_dir)
+    if DocumentLibrary.folder_has_uploads(uploads):  # the uploaded documents stay, --replace or not
+        roots.append(uploads)
     roots = list(dict.fromkeys(p.resolve() for p in roots))
     for p in roots:
         if not p.exists():
@@ -144,6 +149,37 @@ def cmd_corpus_sync(args: argparse.Namespace) -> int:
     for line in report.differs:
         print(f"  differs: {line}")
     return 0
+
+
+# ---- uploaded documents --------------------------------------------------------------------------
+def cmd_documents(args: argparse.Namespace) -> int:
+    svc = _service(args)
+    try:
+        if args.documents_command == "list":
+            docs = svc.list_documents(None if args.all else "upload")
+            if args.json:
+                _print_json(docs)
+            for d in [] if args.json else docs:
+                print(f"{d['id']}  {d['kind']:6}  {d['chunks']:4} chunks  {d['added']}  {d['name']}")
+            return 0
+        if args.documents_command == "delete":
+            for doc_id in args.ids:
+                print(json.dumps(svc.delete_document(doc_id)))
+            return 0
+        for path in args.paths:
+            p = Path(path)
+            try:
+                data = p.read_bytes()
+            except OSError as e:
+                raise UserError("path_not_found", f"Cannot read {p}: {e.strerror}", f"无法读取 {p}：{e.strerror}") from None
+            accepted = svc.add_document(p.name, data)
+            job = svc.documents.wait(accepted["job_id"])
+            if job.status == "failed":
+                raise UserError("upload_failed", f"{p.name}: {job.reason}", f"{p.name}：{job.reason_zh or job.reason}")
+            print(f"{accepted['document_id']}  {p.name}: {job.total} chunks in {job.seconds:.1f} s")
+        return 0
+    finally:
+        svc.close()
 
 
 # ---- search and ask ------------------------------------------------------------------------------
@@ -352,6 +388,19 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--pinned-lock", help="the pinned hashes (default corpus/sources.lock.json)")
     cs.add_argument("--json", action="store_true", help="print the sync report as JSON")
     cs.set_defaults(func=cmd_corpus_sync)
+
+    dp = sub.add_parser("documents", help="the uploaded documents (state dir): list, add or delete them")
+    _common(dp)
+    dp.add_argument("--state-dir", help="state directory (env ASSISTANT_STATE_DIR; default ./state)")
+    dsb = dp.add_subparsers(dest="documents_command", required=True)
+    dl = dsb.add_parser("list", help="the uploaded documents (--all: the corpus files too)")
+    dl.add_argument("--all", action="store_true")
+    dl.add_argument("--json", action="store_true")
+    da = dsb.add_parser("add", help="add files (md, rst, ipynb, html, pdf, txt) to the index")
+    da.add_argument("paths", nargs="+", metavar="FILE")
+    dd = dsb.add_parser("delete", help="remove uploaded documents from the index")
+    dd.add_argument("ids", nargs="+", metavar="DOCUMENT_ID")
+    dp.set_defaults(func=cmd_documents)
 
     s = sub.add_parser("search", help="hybrid search; prints ranked passages")
     _common(s)

@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from .errors import UserError
 from .frameworks import canonical
-from .types import Chunk
+from .types import Chunk, SourceKind
 
 Language = Literal["zh", "en"]
-_KEYS = frozenset({"framework", "frameworks", "language", "source"})
+_KEYS = frozenset({"framework", "frameworks", "language", "source", "kind"})
 
 
 def _bad(en: str, zh: str) -> UserError:
@@ -30,24 +30,23 @@ class Filters:
     framework: tuple[str, ...] = ()  # canonical names (frameworks.canonical); a chunk about any of them passes
     language: Language | None = None  # the chunk's language
     source: str | None = None  # a substring of the chunk's source path or of its URL
-    # The next selector ("only my uploaded documents": a collection / kind of source) is one more field here,
-    # read in parse(), checked in accepts() and pushed down in index/store.py where_clause().
+    kind: SourceKind | None = None  # the collection: "upload" (only the user's documents) or "corpus" (leave them out)
 
     def __bool__(self) -> bool:
-        return bool(self.framework or self.language or self.source)
+        return bool(self.framework or self.language or self.source or self.kind)
 
     @classmethod
     def parse(cls, raw: Filters | Mapping[str, Any] | None) -> Filters:
         """Filters from {"framework": name or [names] (alias "frameworks"), "language": "zh"|"en",
-        "source": "substring"}; unknown keys and framework names, or another language, are a 422 UserError."""
+        "source": "substring", "kind": "upload"|"corpus"}; unknown keys and framework names, or another language, are a 422 UserError."""
         if isinstance(raw, Filters):
             return raw
         if not raw:
             return cls()
         unknown = sorted(set(raw) - _KEYS)
         if unknown:
-            raise _bad(f"Unknown filter: {', '.join(unknown)} (use framework, language, source).",
-                               f"未知的过滤条件：{', '.join(unknown)}（可用 framework、language、source）。")
+            raise _bad(f"Unknown filter: {', '.join(unknown)} (use framework, language, source, kind).",
+                               f"未知的过滤条件：{', '.join(unknown)}（可用 framework、language、source、kind）。")
         fws = raw.get("framework") or raw.get("frameworks") or ()
         names: list[str] = []
         for f in [fws] if isinstance(fws, str) else list(fws):
@@ -61,13 +60,19 @@ class Filters:
         source = raw.get("source")
         if source is not None and not isinstance(source, str):
             raise _bad("source filter must be text (part of a source path).", "来源过滤（source）必须是文本（来源路径的一部分）。")
-        return cls(framework=tuple(names), language=language, source=source or None)
+        kind = raw.get("kind")
+        if kind not in (None, "upload", "corpus"):
+            raise _bad("kind filter must be 'upload' (only uploaded documents) or 'corpus' (leave them out).",
+                       "kind 过滤只能是 upload（只用上传的文档）或 corpus（不用上传的文档）。")
+        return cls(framework=tuple(names), language=language, source=source or None, kind=kind)
 
     def accepts(self, chunk: Chunk) -> bool:
         """Whether chunk passes every condition that is set."""
         if self.framework and not set(self.framework) & set(chunk.frameworks):
             return False
         if self.language and chunk.language != self.language:
+            return False
+        if self.kind and chunk.kind != self.kind:
             return False
         return not (self.source and self.source not in chunk.source and self.source not in chunk.url)
 

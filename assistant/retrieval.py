@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .embed import Embedder
 from .filters import Filters
 from .frameworks import expand_terms, find_frameworks
+from .index.builder import keyword_text
 from .index.snapshot import IndexSnapshot
 from .index.store import where_clause
 from .lang import detect_language
@@ -72,6 +74,28 @@ class Retriever:
         if len(fws) >= 2 and not filters.framework:
             return self._comparison(query, qvecs, fws, k, filters, translation)
         return self._ranked(query, qvecs, k, filters, fws, translation)
+
+    def explain(self, query: str, hits: list[Hit], translation: str | None = None) -> dict[str, Any]:
+        """Why the hits rank as they do: the terms the keyword side searched, and per hit the terms it matched,
+        the dense weight its fused score used and its keyword score after saturation (score = w * dense +
+        (1 - w) * keyword_saturated, plus the framework and article adjustments: `adjustment`)."""
+        p = self.params
+        qlang = detect_language(query)
+        terms = list(dict.fromkeys(tokenize(query) + [t for term in expand_terms(query) for t in tokenize(term)]))
+        extra = [t for t in dict.fromkeys(tokenize(translation)) if t not in terms] if translation else []
+        rows = []
+        for h in hits:
+            cross = h.chunk.language != qlang
+            searched = terms + extra if cross else terms
+            have = set(tokenize(keyword_text(h.chunk)))
+            w = float(self._fuse(np.array([1.0]), np.array([0.0]), np.array([cross]), bool(translation))[0])
+            sat = h.keyword / (h.keyword + p.bm25_saturation) if p.mode != "dense" else 0.0
+            fused = w * h.dense + (1 - w) * sat if p.mode == "hybrid" else h.score
+            rows.append({"matched_terms": [t for t in searched if t in have], "dense_weight": round(w, 4),
+                         "keyword_saturated": round(sat, 6), "adjustment": round(h.score - fused, 6),
+                         "cross_language": cross})
+        return {"terms": terms, "translation_terms": extra, "mode": p.mode, "bm25_saturation": p.bm25_saturation,
+                "hits": rows}
 
     # ---- internals ------------------------------------------------------------------------------
     def _query_vectors(self, query: str, translation: str | None = None) -> list[np.ndarray]:

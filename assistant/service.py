@@ -8,16 +8,19 @@ assistant/answer/pipeline.py; events are assistant.types.Event.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .answer import pipeline
 from .answer.policy import decide, rewrite_followup, strip_injection
 from .answer.prompt import Source, build_messages
+from .documents import DocumentLibrary, Job
 from .embed import Embedder, create_embedder
 from .errors import UserError
 from .filters import Filters
@@ -30,7 +33,7 @@ from .sessions import SessionStorage, open_store
 from .settings import Settings, load_settings
 from .text import valid_unicode
 from .translate import QueryTranslator, create_translator
-from .types import Answer, Chunk, Event, Hit
+from .types import UPLOADS_FOLDER, Answer, Chunk, Event, Hit, source_kind
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class AssistantService:
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
         self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
         self._loaded = False  # set once load() has finished warming the model
+        self.documents = DocumentLibrary(self.settings, lambda: self.embedder, self._reopen)
 
     # ---- loading ------------------------------------------------------------------------------
     @property
@@ -170,6 +174,16 @@ class AssistantService:
             raise UserError("bad_k", "k must be between 1 and 50.", "k 必须在 1 到 50 之间。")
         return self.retriever.search(query, k=k, filters=Filters.parse(filters), translation=self.translate(query))
 
+    def search_explained(self, query: str, k: int = 5, filters: Filters | Mapping[str, Any] | None = None
+                         ) -> tuple[list[Hit], dict[str, Any]]:
+        """The hits of `search` and why they rank so (Retriever.explain: terms matched, weights)."""
+        query = self._check_text(query, "query")
+        if not 1 <= k <= 50:
+            raise UserError("bad_k", "k must be between 1 and 50.", "k 必须在 1 到 50 之间。")
+        retriever, translation = self.retriever, self.translate(query)
+        hits = retriever.search(query, k=k, filters=Filters.parse(filters), translation=translation)
+        return hits, retriever.explain(query, hits, translation)
+
     def passage(self, chunk_id: str) -> Chunk | None:
         return self.retriever.snap.by_id.get(chunk_id)
 
@@ -281,6 +295,59 @@ class AssistantService:
             raise UserError("not_found", "No such message in this session.", "该会话中没有这条消息。", 404)
         self.sessions.add_feedback(session_id, message_id, rating, comment)
 
+    # ---- uploaded documents (assistant/documents.py) ---------------------------------------------
+    def add_document(self, filename: str, data: bytes, *, owner: str | None = None) -> dict[str, str]:
+        """Check an upload (a 4xx UserError for what is refused) and queue its indexing: {document_id, job_id}."""
+        require_generation(Path(self.settings.index_dir))
+        doc_id, job = self.documents.add(filename, data, owner)
+        return {"document_id": doc_id, "job_id": job.id}
+
+    def document_job(self, job_id: str) -> Job:
+        job = self.documents.job(job_id)
+        if job is None:
+            raise UserError("not_found", "Unknown job.", "未找到该任务。", 404)
+        return job
+
+    def delete_document(self, document_id: str) -> dict[str, Any]:
+        job = self.documents.delete(document_id)
+        return {"deleted": document_id, "job_id": job.id, "seconds": round(job.seconds, 3)}
+
+    def reindex(self) -> Job:
+        require_generation(Path(self.settings.index_dir))
+        return self.documents.reindex()
+
+    def list_documents(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Every document: the uploads (with those still being added) and the indexed corpus files; each with
+        id, name, kind (upload|corpus), chunks in the live index, added (ISO time), size (bytes), status."""
+        if kind not in (None, "upload", "corpus"):
+            raise UserError("bad_kind", "kind must be 'upload' or 'corpus'.", "kind 只能是 upload 或 corpus。", 422)
+        snap = self.retriever.snap
+        counts: dict[str, int] = {}
+        for c in snap.chunks:
+            counts[c.source] = counts.get(c.source, 0) + 1
+        out: list[dict[str, Any]] = []
+        if kind != "corpus":
+            for d, status in [*((d, "indexed") for d in self.documents.registry().values()),
+                              *((d, "adding") for d in self.documents.pending())]:
+                src = f"{UPLOADS_FOLDER}/{d['id']}/{d['name']}"
+                out.append({"id": d["id"], "name": d["name"], "kind": "upload", "source": src,
+                            "chunks": counts.get(src, 0), "added": _iso(d["added"]), "size": d["size"],
+                            "status": status})
+        if kind != "upload":
+            file_of = {src: path for path, src in snap.meta.file_sources.items()}
+            for src, n in sorted(counts.items()):
+                if source_kind(src) == "corpus":
+                    f = Path(file_of.get(src, ""))
+                    size = f.stat().st_size if file_of.get(src) and f.is_file() else None
+                    out.append({"id": hashlib.sha256(src.encode()).hexdigest()[:16], "name": src, "kind": "corpus",
+                                "source": src, "chunks": n, "added": _iso(snap.meta.created), "size": size,
+                                "status": "indexed"})
+        return out
+
+    def _reopen(self) -> None:
+        """After a build went live: open the new generation now, so the next search does not wait for it."""
+        _ = self.retriever
+
     # ---- advisor ------------------------------------------------------------------------------
     def advise(self, scenario: Any) -> Any:
         """The Advisor's answer for a scenario (fields, free text or both); a free text longer than
@@ -313,6 +380,10 @@ class AssistantService:
         if self._retriever is not None:
             self._retriever.snap.close()
         self.sessions.close()
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def _token_events(pieces: Generator[str, None, pipeline.Generation]) -> Generator[Event, None, pipeline.Generation]:

@@ -135,6 +135,11 @@ class Settings(BaseSettings):
                                        "0: no limit")
     max_ui_body_bytes: int = Field(default=1_000_000, gt=0, description="Largest request body on the Gradio UI's "
                                    "routes (its queue, upload and API calls; bytes); larger ones get 413")
+    max_upload_bytes: int = Field(default=20_000_000, gt=0, description="Largest uploaded document (bytes; "
+                                  "POST /api/documents and the UI's Documents tab), apart from max_body_bytes; "
+                                  "larger ones get 413")
+    max_uploads: int = Field(default=500, ge=1, description="Uploaded documents the index keeps at most; one more "
+                             "is refused with 409 until one is deleted")
     max_advice_chars: int = Field(default=2000, gt=0, description="Longest free-text description the Advisor "
                                   "takes (characters); longer ones get 413")
 

@@ -5,8 +5,19 @@ responses, pydantic request bodies) are converted to these at the edges.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
+
+UPLOADS_FOLDER = "uploads"  # an uploaded document's source is uploads/<document id>/<file name> (assistant/documents.py)
+_UPLOAD_SOURCE = re.compile(r"^uploads/[0-9a-f]{32}/")
+SourceKind = Literal["upload", "corpus"]
+
+
+def source_kind(source: str) -> SourceKind:
+    """The collection a source belongs to: "upload" (a document a user added) or "corpus" (everything indexed
+    from folders: the article, the notes, the official documentation)."""
+    return "upload" if _UPLOAD_SOURCE.match(source) else "corpus"
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,10 @@ class Chunk:
     def is_article(self) -> bool:
         """Whether the chunk comes from the reference article (corpus/article/), not a note or a framework page."""
         return "/article/" in self.source
+
+    @property
+    def kind(self) -> SourceKind:
+        return source_kind(self.source)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -99,9 +99,15 @@ async def advise(body: AdviseRequest, request: Request, service: ServiceDep) -> 
 
 
 @router.post("/search", response_model=SearchResponse, summary="Hybrid search: ranked passages with scores", dependencies=[RateLimited])
-async def search(body: SearchRequest, request: Request, service: ReadyServiceDep) -> dict[str, Any]:
+async def search(body: SearchRequest, request: Request, service: ReadyServiceDep, explain: bool = False) -> dict[str, Any]:
+    """`?explain=true` adds each passage's matched terms and fusion weights, and the terms searched."""
     request.state.lang = request_lang(request, body.query)
     filters = body.filters.to_filters() if body.filters else None
+    if explain:
+        hits, why = await run_in_threadpool(service.search_explained, body.query, body.k, filters)
+        return {"query": body.query, "k": body.k, "terms": why["terms"] + why["translation_terms"],
+                "results": [{"rank": i, **h.to_dict(), "explain": e}
+                            for i, (h, e) in enumerate(zip(hits, why["hits"], strict=True), 1)]}
     hits = await run_in_threadpool(service.search, body.query, body.k, filters)
     return {"query": body.query, "k": body.k, "results": [{"rank": i, **h.to_dict()} for i, h in enumerate(hits, 1)]}
 

@@ -37,6 +37,8 @@ class FiltersBody(RequestBody):
     framework: list[str] | None = Field(default=None, max_length=10, examples=[["PyTorch", "DeepSpeed"]])
     language: Literal["zh", "en"] | None = None
     source: str | None = Field(default=None, max_length=300, description="substring of the source path")
+    kind: Literal["upload", "corpus"] | None = Field(default=None, description="'upload': only the uploaded "
+                                                     "documents; 'corpus': leave them out")
 
     def to_filters(self) -> Filters:
         return Filters.parse(self.model_dump(exclude_none=True))
@@ -75,6 +77,17 @@ class FeedbackRequest(RequestBody):
     comment: str = Field(default="", max_length=2000)
 
 
+class Explanation(BaseModel):
+    """score = dense_weight * dense + (1 - dense_weight) * keyword_saturated + adjustment, where
+    keyword_saturated = keyword / (keyword + bm25_saturation) and adjustment is the framework/article boost."""
+
+    matched_terms: list[str]
+    dense_weight: float
+    keyword_saturated: float
+    adjustment: float
+    cross_language: bool
+
+
 class SearchResult(BaseModel):
     rank: int
     chunk_id: str
@@ -96,10 +109,15 @@ class SearchResult(BaseModel):
     date: str = Field(default="", description="When it was published")
 
 
+    explain: Explanation | None = Field(default=None, description="With ?explain=true: why it ranks here")
+
+
 class SearchResponse(BaseModel):
     query: str
     k: int
     results: list[SearchResult]
+    terms: list[str] | None = Field(default=None, description="With ?explain=true: the terms the keyword side "
+                                    "searched (the query's tokens and their cross-language expansions)")
 
 
 class Passage(BaseModel):
@@ -136,7 +154,9 @@ ERROR_DESCRIPTIONS = {
     400: "The body is not valid JSON (or not UTF-8)",
     401: "An API key is required (keys configured) and none or a wrong one was sent",
     404: "Unknown session, message or passage (or another key's)",
-    413: "Body, question or description too long",
+    409: "A conflict: a duplicate or one upload too many, a document still being added, a build running",
+    413: "Body, question, description or upload too long",
+    415: "A file type that cannot be uploaded",
     422: "Invalid request",
     429: "Rate limit (Retry-After says when to retry)",
     503: "Model loading, queue full, queue wait timed out or too many streams (Retry-After)",

@@ -28,7 +28,7 @@ from assistant.llm.base import ModelError
 from assistant.service import AssistantService
 from assistant.settings import Settings
 
-from . import api, auth, openai_compat
+from . import api, auth, documents_api, openai_compat
 from .admission import RateLimiter, StreamSlots
 from .auth import Access, AccessMiddleware
 from .deps import error_response, request_lang
@@ -37,6 +37,8 @@ from .requestid import HEADER, RequestIdMiddleware, current_request_id
 
 log = logging.getLogger("ui.server")
 LIMITED_PREFIXES = ("/api", "/v1", "/login")
+UPLOAD_PATHS = ("/api/documents", "/gradio_api/upload")
+UPLOAD_SLACK = 64_000  # a multipart body's framing around the file
 BAD_JSON = {"zh": "请求体不是有效的 JSON。", "en": "The request body is not valid JSON."}
 
 
@@ -51,27 +53,36 @@ def generic_error(request: Request, status: int, code: str, what_zh: str, what_e
 class BodyLimitMiddleware:
     """Rejects request bodies over their limit with 413 (by Content-Length, or while reading a chunked body):
     `limit` bytes on /api, /v1 and /login, `ui_limit` bytes on every other route (the Gradio UI's queue, upload
-    and API calls); `ui_limit=None` leaves those alone."""
+    and API calls); `ui_limit=None` leaves those alone. Document uploads (UPLOAD_PATHS: the API's and the Gradio
+    upload route the Documents tab uses) get `upload_limit` instead, when given."""
 
-    def __init__(self, app: ASGIApp, limit: int, ui_limit: int | None = None) -> None:
+    def __init__(self, app: ASGIApp, limit: int, ui_limit: int | None = None, upload_limit: int | None = None) -> None:
         self.app = app
         self.limit = limit
         self.ui_limit = ui_limit
+        self.upload_limit = upload_limit
 
     @staticmethod
-    def _reject(scope: Scope, limit: int) -> JSONResponse:
+    def _reject(scope: Scope, limit: int, upload: bool = False) -> JSONResponse:
         zh = any(h == b"accept-language" and v.lower().startswith(b"zh") for h, v in scope.get("headers", []))
+        if upload:
+            return error_response(413, "upload_too_large", f"上传的文件过大（最多约 {limit} 字节）。" if zh
+                                  else f"The uploaded file is too large (max about {limit} bytes).")
         msg = (f"请求体过大（最多 {limit} 字节）。" if zh else f"Request body too large (max {limit} bytes).")
         return error_response(413, "body_too_large", msg)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = self.limit if scope.get("path", "").startswith(LIMITED_PREFIXES) else self.ui_limit
+        path = scope.get("path", "")
+        upload = self.upload_limit is not None and path in UPLOAD_PATHS
+        limit = self.limit if path.startswith(LIMITED_PREFIXES) else self.ui_limit
+        if upload:
+            limit = self.upload_limit
         if scope["type"] != "http" or limit is None:
             await self.app(scope, receive, send)
             return
         length = dict(scope.get("headers", [])).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
-            await self._reject(scope, limit)(scope, receive, send)
+            await self._reject(scope, limit, upload)(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -82,7 +93,7 @@ class BodyLimitMiddleware:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > limit:
-                await self._reject(scope, limit)(scope, receive, send)
+                await self._reject(scope, limit, upload)(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -224,13 +235,15 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     app.state.rate_limiter = RateLimiter(service.settings.rate_limit_per_minute)
     app.state.stream_slots = StreamSlots(service.settings.max_streams, service.settings.retry_after_s)
     app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes,
-                       ui_limit=service.settings.max_ui_body_bytes)
+                       ui_limit=service.settings.max_ui_body_bytes,
+                       upload_limit=service.settings.max_upload_bytes + UPLOAD_SLACK)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(AccessMiddleware, access=access)  # added last: runs first
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, errors included, names its request
     _install_error_handlers(app)
     app.include_router(auth.router)
     app.include_router(api.health)
+    app.include_router(documents_api.router)  # before api.router, whose catch-all answers unknown /api paths
     app.include_router(api.router)
     app.include_router(openai_compat.router)
     _openapi_as_served(app, access)

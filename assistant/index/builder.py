@@ -97,14 +97,16 @@ def build_index(
     progress: bool = True,
     log: Callable[[str], None] = print,
     keep_previous: int = 1,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> BuildReport:
-    """Index every supported file under doc_paths into index_dir; see the module docstring."""
+    """Index every supported file under doc_paths into index_dir; see the module docstring.
+    `on_progress(done, total)` is called as the new chunks are embedded (total: the chunks to embed)."""
     t0 = time.perf_counter()
     private_dir(index_dir)
     with _BuildLock(index_dir):
         _remove_unpublished(index_dir)
         try:
-            report = _build_locked(index_dir, doc_paths, embedder, chunk_tokens, progress, log)
+            report = _build_locked(index_dir, doc_paths, embedder, chunk_tokens, progress, log, on_progress)
         except BaseException as exc:  # a failed build leaves only the previous generation behind
             _remove_unpublished(index_dir)
             if isinstance(exc, Exception) and _out_of_space(exc):
@@ -127,7 +129,8 @@ def build_index(
 
 
 def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, chunk_tokens: int | None,
-                  progress: bool, log: Callable[[str], None]) -> BuildReport:
+                  progress: bool, log: Callable[[str], None],
+                  on_progress: Callable[[int, int], None] | None = None) -> BuildReport:
     from ..ingest import DEFAULT_CHUNK_TOKENS
 
     chunk_tokens = chunk_tokens or DEFAULT_CHUNK_TOKENS
@@ -155,7 +158,8 @@ def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, ch
                         "No documents to index: the given paths hold no readable Markdown, reST, notebook, HTML, PDF, "
                         "text or .py tutorial files.",
                         "没有可索引的文档：给定路径中没有可读取的 Markdown、reST、notebook、HTML、PDF、文本或 .py 教程文件。")
-    new_gen = _write_generation(index_dir, chunks, embedder, prev_gen if same_settings else None, progress, report)
+    new_gen = _write_generation(index_dir, chunks, embedder, prev_gen if same_settings else None, progress, report,
+                                on_progress)
     write_meta(new_gen, IndexMeta(embedder.name, chunk_tokens, FORMAT_VERSION, CHUNKER_VERSION, fingerprints=fingerprints, documents=report.documents,
                                   chunks=len(chunks), skipped=tuple(report.skipped), file_sources=file_sources,
                                   roots=tuple(sorted({str(r) for _f, r in files})), created=time.time(),
@@ -209,7 +213,8 @@ def _collect_chunks(files: list[tuple[Path, Path]], fingerprints: dict[str, str]
 
 
 def _write_generation(index_dir: Path, chunks: list[Chunk], embedder: Embedder, prev_gen: Path | None,
-                      progress: bool, report: BuildReport) -> Path:
+                      progress: bool, report: BuildReport,
+                      on_progress: Callable[[int, int], None] | None = None) -> Path:
     gen = index_dir / f"gen-{time.time_ns()}.partial"
     gen.mkdir(mode=DIR_MODE)
     cache = EmbeddingCache(index_dir / "cache" / f"{_safe(embedder.name)}.sqlite", embedder.dim)
@@ -218,7 +223,7 @@ def _write_generation(index_dir: Path, chunks: list[Chunk], embedder: Embedder, 
         todo = cache.missing(ids)
         by_id = {c.id: c for c in chunks}
         te = time.perf_counter()
-        _embed_into_cache([by_id[i] for i in todo], embedder, cache, progress)
+        _embed_into_cache([by_id[i] for i in todo], embedder, cache, progress, on_progress=on_progress)
         report.embed_seconds = time.perf_counter() - te
         report.embedded = len(todo)
         prev_ids: set[str] = set()
@@ -235,13 +240,13 @@ def _write_generation(index_dir: Path, chunks: list[Chunk], embedder: Embedder, 
         with (gen / "chunks.jsonl").open("w", encoding="utf-8") as f:
             for c in chunks:
                 f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
-        KeywordIndex.build([_keyword_text(c) for c in chunks]).save(gen / "bm25")
+        KeywordIndex.build([keyword_text(c) for c in chunks]).save(gen / "bm25")
     finally:
         cache.close()
     return gen
 
 
-def _keyword_text(c: Chunk) -> str:
+def keyword_text(c: Chunk) -> str:
     # Headings carry the section's topic words; framework names make "PyTorch FSDP" match the right docs.
     return " ".join([*c.heading_path, *c.frameworks, c.text])
 
@@ -253,7 +258,9 @@ def embed_text(c: Chunk) -> str:
 
 
 def _embed_into_cache(chunks: list[Chunk], embedder: Embedder, cache: EmbeddingCache, progress: bool,
-                      batch: int = 32) -> None:
+                      batch: int = 32, on_progress: Callable[[int, int], None] | None = None) -> None:
+    if on_progress is not None:
+        on_progress(0, len(chunks))
     if not chunks:
         return
     from tqdm import tqdm
@@ -263,6 +270,8 @@ def _embed_into_cache(chunks: list[Chunk], embedder: Embedder, cache: EmbeddingC
         part = chunks[i : i + batch]
         cache.put([c.id for c in part], embedder.passages([embed_text(c) for c in part]))
         bar.update(len(part))
+        if on_progress is not None:
+            on_progress(min(i + batch, len(chunks)), len(chunks))
     bar.close()
 
 

@@ -1,6 +1,6 @@
 """The vector store: a Chroma PersistentClient collection of chunk embeddings (cosine space).
 
-Metadata kept per chunk: language, source, and one boolean `fw_<Name>` per framework so that
+Metadata kept per chunk: language, source, kind (upload or corpus), and one boolean `fw_<Name>` per framework so that
 Chroma `where` filters can select by framework. The chunk texts themselves live in chunks.jsonl
 beside the store (the generation's source of truth); Chroma holds ids, vectors and filter fields.
 """
@@ -23,7 +23,7 @@ def fw_key(name: str) -> str:
 
 
 def _meta(c: Chunk) -> dict[str, Any]:
-    m: dict[str, Any] = {"language": c.language, "source": c.source}
+    m: dict[str, Any] = {"language": c.language, "source": c.source, "kind": c.kind}
     for fw in c.frameworks:
         m[fw_key(fw)] = True
     return m
@@ -99,6 +99,8 @@ def where_clause(filters: Filters | None) -> dict[str, Any] | None:
         parts.append(ors[0] if len(ors) == 1 else {"$or": ors})
     if filters.language:
         parts.append({"language": filters.language})
+    if filters.kind == "upload":  # chunks stored before "kind" existed are all corpus ones: "corpus" is not pushed down
+        parts.append({"kind": "upload"})
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else {"$and": parts}

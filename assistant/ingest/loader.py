@@ -3,7 +3,8 @@
 Owns the format dispatch by suffix, the `source` naming rule (relative to the parent of the
 indexed root, so citations read `framework-docs/jax/docs/...` or `corpus/notes/...`), document
 metadata (front matter first, then the path, then the text; a page of a synced docs folder gets its upstream
-link and licence from that folder's cache lock, assistant/corpus/sync.py) and the error policy: anything that
+link and licence from that folder's cache lock, assistant/corpus/sync.py; an uploaded one the date it was
+added, assistant/documents.py) and the error policy: anything that
 cannot be read becomes `LoadError(path, reason)`, which `load_all` collects and reports. Text that
 leaves here is valid Unicode: a lone surrogate (a JSON or YAML escape such as "\\ud800" decodes to one)
 becomes U+FFFD, since the index, the embedder and the HTTP responses cannot encode it.
@@ -125,8 +126,10 @@ def load_document(path: Path, root: Path | None = None) -> Document:
         out_meta.setdefault("licence", out_meta.pop("license"))
     if root is not None:
         from assistant.corpus.sync import provenance
+        from assistant.documents import upload_meta
 
         out_meta.update({k: v for k, v in provenance(path, root).items() if k in PROVENANCE_KEYS})
+        out_meta.update(upload_meta(path, root))  # an uploaded document: when it was added
     out_meta["path"] = str(path)
     out_meta["format"] = kind
     return Document(source=_source_name(path, root), title=title, language=lang, sections=list(sections),
