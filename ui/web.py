@@ -34,6 +34,12 @@ try:
 except ImportError:  # the Advisor tab is optional
     build_advisor_tab = None
 
+# ---- Documents and Retrieval-test tabs: ui/documents_tab.py -------------------------------------------------
+try:
+    from .documents_tab import build_documents_tab, build_retrieval_tab
+except ImportError:  # optional like the Advisor tab
+    build_documents_tab = build_retrieval_tab = None  # type: ignore[assignment]
+
 log = logging.getLogger("ui.web")
 
 TEXT: dict[str, dict[str, str]] = {
@@ -147,6 +153,8 @@ def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = 
     for n, h in enumerate(hits, 1):
         c = h.chunk
         where = provenance_html(c, t)
+        if c.kind == "upload":  # one of the user's uploaded documents (ui/documents_tab.py)
+            where = '<span class="fa-mine">我的文档 / my document</span> · ' + where
         path = " › ".join(html.escape(p) for p in c.heading_path if p != c.title)
         mark = f" · {t['cited']}" if n in cited else ""
         snippet = html.escape(c.text if len(c.text) <= 900 else c.text[:900] + "…")
@@ -265,6 +273,12 @@ def build_ui(service: AssistantService, access: Access | None = None) -> gr.Bloc
             if build_advisor_tab is not None:  # ---- Advisor tab (ui/advisor_tab.py) ----
                 with gr.Tab(t["advisor_tab"], id="advisor") as advisor_tab:
                     build_advisor_tab(service, lang_state)
+            if build_documents_tab is not None:  # ---- Documents and Retrieval-test tabs (ui/documents_tab.py) ----
+                with gr.Tab("文档 / Documents", id="documents", elem_id="fa-documents-tab") as documents_tab:
+                    on_open = build_documents_tab(service, lang_state, h.owner)
+                on_open(documents_tab)
+                with gr.Tab("检索测试 / Retrieval", id="retrieval", elem_id="fa-retrieval-tab"):
+                    build_retrieval_tab(service, lang_state)
 
         outputs = [chatbot, sources, status, session_state, message_state, box]
         inputs = [box, chatbot, session_state, lang_state]
