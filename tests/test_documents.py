@@ -6,6 +6,7 @@ key when keys are on) and a job that fails leave the index as it was; /api/searc
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,10 +81,27 @@ def upload(http: TestClient, name: str, data: bytes, **kw):
 def test_upload_search_cite_list_delete(http: TestClient, service, own_index: Path) -> None:
     before = current_generation(own_index)
     chunks_before = len(service.retriever.snap.chunks)
-    r = upload(http, "zorblax-guide.md", DOC.encode())
-    assert r.status_code == 202, r.text
-    doc_id, job_id = r.json()["document_id"], r.json()["job_id"]
-    job = wait_job(http, job_id)
+    # a searcher running through the job: every answer sees none or all of the document's chunks
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def searcher() -> None:
+        while not stop.is_set():
+            hits = service.search("Zorblax cluster quasar-7", k=50, filters={"kind": "upload"})
+            seen.append(len({h.chunk.id for h in hits}))
+
+    t = threading.Thread(target=searcher)
+    t.start()
+    try:
+        r = upload(http, "zorblax-guide.md", DOC.encode())
+        assert r.status_code == 202, r.text
+        doc_id, job_id = r.json()["document_id"], r.json()["job_id"]
+        job = wait_job(http, job_id)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        t.join()
+    assert set(seen) <= {0, job["total"]} and seen[-1] == job["total"], seen
     assert job["status"] == "done" and job["reason"] == "", job
     assert job["total"] >= 1 and job["done"] == job["total"] and job["document_id"] == doc_id
     assert current_generation(own_index) != before  # a new generation went live
@@ -102,6 +120,11 @@ def test_upload_search_cite_list_delete(http: TestClient, service, own_index: Pa
     ans = http.post("/api/ask", json={"question": QUESTION}).json()
     assert not ans["refused"], ans
     assert any(c["source"].startswith(f"uploads/{doc_id}/") for c in ans["citations"]), ans["citations"]
+    from ui.web import sources_html  # the chat's sources panel marks the passages from the user's documents
+
+    hits = service.search(QUESTION, k=3)
+    assert hits[0].chunk.kind == "upload" and sources_html(hits, "zh").count("我的文档") == sum(
+        h.chunk.kind == "upload" for h in hits)
 
     # listed, with the corpus files beside it
     docs = http.get("/api/documents").json()["documents"]
