@@ -5,6 +5,7 @@ listed -> survives `assistant index build` -> deleted -> gone; the refusals (typ
 key when keys are on) and a job that fails leave the index as it was; /api/search?explain=true."""
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -274,3 +275,23 @@ def test_uploads_need_a_key_when_keys_are_on(own_index: Path, tmp_path: Path) ->
         assert ok.status_code == 415  # the key lets it through to the checks
     finally:
         svc.close()
+
+
+def test_cli_documents_add_list_delete(own_index: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    from assistant.cli import main
+
+    for k, v in {"ASSISTANT_BACKEND": "scripted", "ASSISTANT_MODEL": "scripted", "ASSISTANT_DOCS": str(REPO / "corpus")}.items():
+        monkeypatch.setenv(k, v)
+    f = tmp_path / "velkor.txt"
+    f.write_text("Velkor rack notes\n\nThe Velkor rack has eight accelerators and a 400G fabric.\n", encoding="utf-8")
+    common = ["--index-dir", str(own_index), "--state-dir", str(tmp_path / "state")]
+    assert main(["documents", *common, "add", str(f)]) == 0
+    doc_id = capsys.readouterr().out.split()[0]
+    assert main(["documents", *common, "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(d["id"], d["name"], d["kind"]) for d in listed] == [(doc_id, "velkor.txt", "upload")]
+    assert main(["documents", *common, "add", str(tmp_path / "missing.md")]) == 2
+    assert main(["documents", *common, "delete", doc_id]) == 0
+    capsys.readouterr()
+    assert main(["documents", *common, "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
