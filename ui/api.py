@@ -151,16 +151,17 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@health.get("/readyz", summary="200 once the index and model are loaded and the sessions database answers, else 503",
+@health.get("/readyz", summary="200 once the index and model are loaded and the sessions database and any remote "
+            "engine answer, else 503",
             response_model=ReadyStatus,
             responses={503: {"model": ReadyStatus, "description": "Still loading, start-up failed, or the sessions "
-                                                                  "database is unreachable"}})
+                                                                  "database or a remote engine is unreachable"}})
 async def readyz(request: Request, service: ServiceDep) -> JSONResponse:
     lang = request_lang(request)
     if service.ready():
         try:
-            await run_in_threadpool(service.sessions.ping)
-        except UserError as db_err:  # a replica whose database is unreachable is not ready
+            await run_in_threadpool(service.ping)
+        except UserError as db_err:  # a replica whose database or remote engine is unreachable is not ready
             return JSONResponse({"status": "unavailable", "error": {"code": db_err.code,
                                  "message": db_err.message(lang)}}, status_code=503)
         return JSONResponse({"status": "ready"})
