@@ -41,11 +41,16 @@ def is_local_url(url: str) -> bool:
 class RemoteError(ModelError, UserError):
     """A remote engine failed (unreachable, refused the key, no such model, overloaded, broke off).
 
-    A ModelError (the CLI and the engine callers catch those) that is also a UserError: the HTTP adapters show
-    its message in the user's language with `status` (502 or 503), never a stack trace."""
+    A ModelError (the CLI and the engine callers catch those) that is also a UserError with `status` (502, 503,
+    504). Its message names the server's URL, for the operator (CLI, log, doctor); `public_message` is the same
+    without the URL, for HTTP clients (/readyz is open to anyone who can reach the port)."""
 
-    def __init__(self, code: str, en: str, zh: str, status: int = 502, retry_after: int | None = None) -> None:
-        UserError.__init__(self, code, en, zh, status, retry_after)
+    def __init__(self, code: str, en: str, zh: str, status: int = 502, public: tuple[str, str] | None = None) -> None:
+        UserError.__init__(self, code, en, zh, status)
+        self.public = public or (en, zh)
+
+    def public_message(self, lang: str = "en") -> str:
+        return self.public[1] if lang == "zh" else self.public[0]
 
 
 @dataclass(frozen=True)
@@ -130,28 +135,35 @@ def remote_error(exc: BaseException, base_url: str, what_en: str, what_zh: str, 
     ("model server", "embedding server")."""
     import openai
 
+    status = 502
     if isinstance(exc, openai.APITimeoutError):
-        return RemoteError("engine_timeout", f"The {what_en} at {base_url} did not answer in time.",
-                           f"{base_url} 的{what_zh}未及时响应。", 504)
-    if isinstance(exc, openai.APIConnectionError):
-        return RemoteError("engine_unreachable", f"Cannot reach the {what_en} at {base_url}: is it running?",
-                           f"无法连接 {base_url} 的{what_zh}：它在运行吗？", 503)
-    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-        return RemoteError("engine_key_refused", f"The {what_en} at {base_url} refused the API key: check {key_setting}.",
-                           f"{base_url} 的{what_zh}拒绝了 API 密钥：请检查 {key_setting}。", 502)
-    if isinstance(exc, openai.NotFoundError):
-        return RemoteError("engine_no_model", f"The {what_en} at {base_url} has no model {model!r} (or the URL lacks "
-                           f"/v1): check {settings_hint}.",
-                           f"{base_url} 的{what_zh}没有模型 {model!r}（或地址缺少 /v1）：请检查 {settings_hint}。", 502)
-    if isinstance(exc, openai.APIStatusError):
+        code, status, en, zh = "engine_timeout", 504, "The {what}{at} did not answer in time.", "{at}{what}未及时响应。"
+    elif isinstance(exc, openai.APIConnectionError):
+        code, status = "engine_unreachable", 503
+        en, zh = "Cannot reach the {what}{at}: is it running?", "无法连接{at}{what}：它在运行吗？"
+    elif isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+        code = "engine_key_refused"
+        en, zh = f"The {{what}}{{at}} refused the API key: check {key_setting}.", f"{{at}}{{what}}拒绝了 API 密钥：请检查 {key_setting}。"
+    elif isinstance(exc, openai.NotFoundError):
+        code = "engine_no_model"
+        en = f"The {{what}}{{at}} has no model {model!r} (or the URL lacks /v1): check {settings_hint}."
+        zh = f"{{at}}{{what}}没有模型 {model!r}（或地址缺少 /v1）：请检查 {settings_hint}。"
+    elif isinstance(exc, openai.APIStatusError):
         busy = exc.status_code in RETRY_STATUSES
-        return RemoteError("engine_busy" if busy else "engine_failed",
-                           f"The {what_en} at {base_url} answered HTTP {exc.status_code}"
-                           + (" (busy or failing; retried)" if busy else "") + ".",
-                           f"{base_url} 的{what_zh}返回 HTTP {exc.status_code}" + ("（繁忙或故障，已重试）" if busy else "") + "。",
-                           503 if busy else 502)
-    return RemoteError("engine_failed", f"The {what_en} at {base_url} failed: {type(exc).__name__}: {exc}",
-                       f"{base_url} 的{what_zh}出错：{type(exc).__name__}: {exc}", 502)
+        code, status = ("engine_busy", 503) if busy else ("engine_failed", 502)
+        en = f"The {{what}}{{at}} answered HTTP {exc.status_code}" + (" (busy or failing; retried)" if busy else "") + "."
+        zh = f"{{at}}{{what}}返回 HTTP {exc.status_code}" + ("（繁忙或故障，已重试）" if busy else "") + "。"
+    else:
+        code = "engine_failed"
+        en, zh = "The {what}{at} failed: " + f"{type(exc).__name__}.", "{at}{what}出错：" + f"{type(exc).__name__}。"
+
+    def text(template: str, at: str, what: str) -> str:
+        return template.replace("{what}", what).replace("{at}", at)
+
+    full = (text(en, f" at {base_url}", what_en), text(zh, f"{base_url} 的", what_zh))
+    if code == "engine_failed" and not isinstance(exc, openai.APIStatusError):
+        full = (full[0][:-1] + f": {exc}", full[1])  # the details, for the operator only
+    return RemoteError(code, *full, status=status, public=(text(en, "", what_en), text(zh, "", what_zh)))
 
 
 def ping(client: Any, base_url: str, what_en: str, what_zh: str, timeout_s: float = 3.0) -> None:

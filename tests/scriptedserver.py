@@ -69,6 +69,8 @@ class ScriptedServer:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                self.send_header("Connection", "close")  # no kept-alive connection outlives stop()
+                self.close_connection = True
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
                 self.end_headers()
@@ -99,7 +101,10 @@ class ScriptedServer:
                     return
                 if self.path.endswith("/embeddings"):
                     return self._embeddings(body)
-                self._stream()
+                try:
+                    self._stream()
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a read time-out)
+                    self.close_connection = True
 
             def _embeddings(self, body: dict[str, Any]) -> None:
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
@@ -121,6 +126,7 @@ class ScriptedServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
                 self.end_headers()
                 for i, tok in enumerate(s.tokens):
                     if s.cut_after is not None and i >= s.cut_after:
@@ -132,5 +138,6 @@ class ScriptedServer:
                 self._chunk(b"data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
+                self.close_connection = True
 
         return Handler

@@ -76,8 +76,11 @@ class OpenAIChatModel(ChatModel):
                     yield text
         except Exception as exc:
             err = self._error(exc)
-            raise RemoteError("engine_broke_off", f"The answer broke off after {len(pieces)} pieces: {err.en}",
-                              f"回答在 {len(pieces)} 段后中断：{err.zh}", 502) from exc
+            n = len(pieces)
+            raise RemoteError("engine_broke_off", f"The answer broke off after {n} pieces: {err.en}",
+                              f"回答在 {n} 段后中断：{err.zh}", 502,
+                              (f"The answer broke off after {n} pieces: {err.public[0]}",
+                               f"回答在 {n} 段后中断：{err.public[1]}")) from exc
         finally:
             response.close()
         self.last_usage = self._usage(messages, pieces, usage, started, first if pieces else None)
