@@ -238,11 +238,12 @@ def test_answers_refusals_and_followups_with_the_0_5b_served_remotely(fast_setti
             refused = svc.ask("Give me a recipe for dumplings.")
             assert refused.refused and not refused.citations and detect_language(refused.answer) == "en"
 
-            first = svc.ask("TensorFlow 的计算图是怎么管理的？")
-            follow = svc.ask("它的分布式 API 叫什么？", session_id=first.session_id)
-            assert "TensorFlow" in follow.standalone_question
-            assert any("TensorFlow" in h.chunk.frameworks for h in follow.sources)
-            hist = svc.get_session(first.session_id)
-            assert hist is not None and len(hist["messages"]) == 4
+            # a follow-up: rewritten with the session's subject, both turns stored with the engine's answers
+            turns = [svc.ask("TensorFlow 的计算图是怎么管理的？")]
+            turns.append(svc.ask("它的分布式 API 叫什么？", session_id=turns[0].session_id))
+            assert turns[1].session_id == turns[0].session_id and "TensorFlow" in turns[1].standalone_question
+            assert {"TensorFlow"} & {f for h in turns[1].sources for f in h.chunk.frameworks}
+            stored = (svc.get_session(turns[0].session_id) or {}).get("messages", [])
+            assert [m["content"] for m in stored[1::2]] == [t.answer for t in turns]
         finally:
             svc.close()

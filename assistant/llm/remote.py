@@ -65,9 +65,9 @@ class OpenAIChatModel(ChatModel):
             raise self._error(exc) from exc
         first = time.perf_counter()
         pieces = [first_text] if first_text else []
-        if first_text:
-            yield first_text
         try:
+            if first_text:
+                yield first_text  # inside the try: a consumer that stops here still closes the response
             for chunk in response:
                 usage = chunk.usage or usage  # servers that honour include_usage send it on the last chunk
                 text = chunk.choices[0].delta.content if chunk.choices else None
