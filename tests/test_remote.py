@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from httpkit import free_port
+from httpkit import free_port, sse_events
 from scriptedserver import Script, ScriptedServer
 
 from assistant.embed import create_embedder, embedder_for
@@ -61,8 +61,9 @@ def test_a_stream_that_fails_after_its_first_token_is_not_retried() -> None:
                 got.append(piece)
         assert got == ["Hello"]  # what was shown stays shown, and is not sent twice
         assert srv.count("/chat/completions") == 1 and model.retried == 0
-        assert err.value.code == "engine_broke_off" and "broke off after 1" in err.value.en
+        assert err.value.code == "engine_broke_off" and "broke off the answer after 1 pieces" in err.value.en
         assert "中断" in err.value.zh and isinstance(err.value, ModelError)
+        assert srv.base_url in err.value.en and srv.base_url not in err.value.public_message("en")
 
 
 def test_retries_give_up_with_a_busy_error_in_both_languages() -> None:
@@ -123,6 +124,14 @@ def test_readyz_is_not_ready_while_the_remote_engine_is_unreachable(corpus_index
         svc.load(warm=True)
         http = TestClient(create_app(svc, with_ui=False, load=False), base_url="http://127.0.0.1")
         assert http.get("/readyz").status_code == 200
+        # the engine breaks off mid-answer: the stream shows the token it got, then an error event (no URL)
+        srv.script.cut_after = 1
+        with http.stream("POST", "/api/ask", json={"question": "PyTorch 的 FSDP 是什么？", "stream": True}) as r:
+            events = list(sse_events(r.iter_lines()))
+        kinds = [k for k, _ in events]
+        assert kinds[0] == "sources" and ("token", {"text": "Hello"}) in events and kinds[-1] == "error", events
+        assert events[-1][1]["code"] == "engine_broke_off" and srv.base_url not in str(events[-1][1])  # type: ignore[index]
+        assert srv.count("/chat/completions") == 1  # not retried after its first token
         srv.stop()
         r = http.get("/readyz")
         assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unreachable"

@@ -77,10 +77,10 @@ class OpenAIChatModel(ChatModel):
         except Exception as exc:
             err = self._error(exc)
             n = len(pieces)
-            raise RemoteError("engine_broke_off", f"The answer broke off after {n} pieces: {err.en}",
-                              f"回答在 {n} 段后中断：{err.zh}", 502,
-                              (f"The answer broke off after {n} pieces: {err.public[0]}",
-                               f"回答在 {n} 段后中断：{err.public[1]}")) from exc
+            public = (f"The model server broke off the answer after {n} pieces; please ask again.",
+                      f"模型服务器在 {n} 段后中断了回答，请重新提问。")
+            raise RemoteError("engine_broke_off", f"{public[0]} ({err.en})", f"{public[1]}（{err.zh}）", 502,
+                              public) from exc
         finally:
             response.close()
         self.last_usage = self._usage(messages, pieces, usage, started, first if pieces else None)
