@@ -43,7 +43,7 @@ def _print_json(obj: Any) -> None:
 
 # ---- index ---------------------------------------------------------------------------------------
 def cmd_index_build(args: argparse.Namespace) -> int:
-    from .embed import create_embedder
+    from .embed import embedder_for
     from .index.builder import build_index
     from .index.snapshot import current_meta
 
@@ -68,7 +68,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         print(message, file=sys.stderr)
 
     roots = _without_shadowed(roots, s, [Path(p).resolve() for p in (args.docs or [])], log)
-    emb = create_embedder(s.embedder, s.threads)
+    emb = embedder_for(s)
 
     report = build_index(index_dir, roots, emb, chunk_tokens=args.chunk_tokens, progress=not args.no_progress, log=log)
     if args.json:

@@ -182,11 +182,11 @@ def _index_embedder(settings: Settings) -> str:
 
 
 def check_embedder(settings: Settings) -> Check:
-    from .embed import create_embedder
+    from .embed import embedder_for
 
     name = _index_embedder(settings)
     started = time.perf_counter()
-    emb = create_embedder(name, settings.threads)
+    emb = embedder_for(settings, name)
     vec = emb.query("Which framework shards optimizer state? 哪个框架切分优化器状态？")
     secs = time.perf_counter() - started
     if vec.shape != (emb.dim,) or not all(math.isfinite(float(x)) for x in vec):

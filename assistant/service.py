@@ -21,7 +21,7 @@ from .answer import pipeline
 from .answer.policy import decide, rewrite_followup, strip_injection
 from .answer.prompt import Source, build_messages
 from .documents import DocumentLibrary, Job
-from .embed import Embedder, create_embedder
+from .embed import Embedder, embedder_for
 from .errors import UserError
 from .filters import Filters
 from .genqueue import GenerationQueue, Ticket
@@ -62,13 +62,9 @@ class AssistantService:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            snap_embedder = self._index_embedder_name()
-            self._embedder = create_embedder(snap_embedder or self.settings.embedder, self.settings.threads)
+            meta = current_meta(Path(self.settings.index_dir))
+            self._embedder = embedder_for(self.settings, meta.embedder if meta else None, meta.dim if meta else None)
         return self._embedder
-
-    def _index_embedder_name(self) -> str | None:
-        meta = current_meta(Path(self.settings.index_dir))
-        return meta.embedder if meta is not None else None
 
     @property
     def retriever(self) -> Retriever:
@@ -153,6 +149,15 @@ class AssistantService:
     def ready(self) -> bool:
         """True once load() finished: index open, model loaded and warmed."""
         return self._loaded
+
+    def ping(self) -> None:
+        """Raise a UserError when a part the answers need cannot answer now: the sessions database, a remote
+        generation or embedding server (for /readyz; local engines have nothing to ask)."""
+        self.sessions.ping()
+        if self._llm is not None:
+            self._llm.ping()
+        if self._embedder is not None:
+            self._embedder.ping()
 
     def stats(self) -> dict[str, Any]:
         snap = self.retriever.snap

@@ -94,7 +94,25 @@ class Settings(BaseSettings):
     # remote OpenAI-compatible engine
     openai_base_url: str = ""
     openai_model: str = ""
-    openai_api_key: str = ""
+    openai_api_key: str = Field(default="", repr=False)
+    # time-outs and retries of the remote engines (generation and embeddings; assistant/openai_http.py)
+    openai_connect_timeout_s: float = Field(default=5.0, gt=0, description="Time to open a connection to a "
+                                            "remote engine (generation or embeddings)")
+    openai_read_timeout_s: float = Field(default=120.0, gt=0, description="Longest wait for the next bytes "
+                                         "from a remote engine (the first token included)")
+    openai_retries: int = Field(default=2, ge=0, le=10, description="Retries of a remote request on a "
+                                "connection error, a time-out, 429 or 5xx; a stream only before its first token")
+    openai_retry_backoff_s: float = Field(default=0.5, ge=0, description="First wait between retries (doubled "
+                                          "each time; the server's Retry-After wins, capped at 30 s)")
+
+    # remote embeddings: an OpenAI-compatible /v1/embeddings endpoint (assistant/embed_remote.py)
+    embeddings_base_url: str = Field(default="", description="e.g. http://gpu-box:8001/v1: embed with that server "
+                                     "instead of a local embedder (the index records it as openai:<model>)")
+    embeddings_model: str = Field(default="", description="The embedding model's name on that server (empty: "
+                                  "the first it lists)")
+    embeddings_api_key: str = Field(default="", repr=False, description="Its API key (empty: none for a loopback "
+                                    "server, else required; 'none' for a trusted server without auth)")
+    embeddings_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per /v1/embeddings request")
 
     # the sessions database (assistant/sessions.py); empty: SQLite in state_dir
     database_url: str = Field(default="", repr=False, description="postgresql://user:password@host:port/db keeps "

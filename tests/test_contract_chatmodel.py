@@ -6,15 +6,11 @@ What is special to one engine (KV-cache reuse, disk-kept warm state, remote erro
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from httpkit import free_port
+from llamaserver import llama_server
 
 from assistant.llm.base import ChatModel
 from assistant.llm.factory import create_chat_model
@@ -37,24 +33,8 @@ def tiny_path() -> Path:
 def remote_server(tiny_path: Path) -> Iterator[str]:
     """A real OpenAI-compatible server (llama-cpp-python's) serving the tiny model on a loopback port."""
     pytest.importorskip("llama_cpp.server.app", reason="needs pip install 'llama-cpp-python[server]==0.3.36'")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(tiny_path), "--model_alias", "tiny",
-         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "1024", "--verbose", "False"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url + "/models", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-            time.sleep(0.3)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    with llama_server(tiny_path, "tiny") as url:
+        yield url
 
 
 @pytest.fixture(scope="module", params=["llama", "openai", pytest.param("transformers", marks=pytest.mark.slow),

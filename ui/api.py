@@ -15,6 +15,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
+from assistant.openai_http import RemoteError
 from assistant.sessions import unknown_session
 from assistant.types import EVENT_KINDS, Event
 
@@ -157,18 +158,20 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@health.get("/readyz", summary="200 once the index and model are loaded and the sessions database answers, else 503",
+@health.get("/readyz", summary="200 once the index and model are loaded and the sessions database and any remote "
+            "engine answer, else 503",
             response_model=ReadyStatus,
             responses={503: {"model": ReadyStatus, "description": "Still loading, start-up failed, or the sessions "
-                                                                  "database is unreachable"}})
+                                                                  "database or a remote engine is unreachable"}})
 async def readyz(request: Request, service: ServiceDep) -> JSONResponse:
     lang = request_lang(request)
     if service.ready():
         try:
-            await run_in_threadpool(service.sessions.ping)
-        except UserError as db_err:  # a replica whose database is unreachable is not ready
-            return JSONResponse({"status": "unavailable", "error": {"code": db_err.code,
-                                 "message": db_err.message(lang)}}, status_code=503)
+            await run_in_threadpool(service.ping)
+        except UserError as db_err:  # a replica whose database or remote engine is unreachable is not ready
+            message = db_err.public_message(lang) if isinstance(db_err, RemoteError) else db_err.message(lang)
+            return JSONResponse({"status": "unavailable", "error": {"code": db_err.code, "message": message}},
+                                status_code=503)
         return JSONResponse({"status": "ready"})
     err = getattr(request.app.state, "load_error", None)
     message = err.message(lang) if err is not None else ("模型加载中…" if lang == "zh" else "Loading the model…")

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from assistant.errors import UserError
 from assistant.index.snapshot import require_generation
 from assistant.llm.base import ModelError
+from assistant.openai_http import RemoteError
 from assistant.service import AssistantService
 from assistant.settings import Settings
 
@@ -156,6 +157,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def model_error(request: Request, exc: ModelError) -> JSONResponse:
         log.error("model error (request %s) on %s %s: %s", current_request_id(request), request.method,
                   request.url.path, exc)
+        if isinstance(exc, RemoteError):  # what failed, without the engine's URL (that is in the log)
+            return error_response(exc.status, exc.code, exc.public_message(request_lang(request)))
         return generic_error(request, 503, "model_error", "模型暂不可用，请稍后重试。",
                              "The model is unavailable; please retry later.")
 

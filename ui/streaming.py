@@ -24,6 +24,7 @@ from typing import Any
 from assistant.errors import UserError
 from assistant.genqueue import Ticket
 from assistant.llm.base import ModelError
+from assistant.openai_http import RemoteError
 from assistant.types import Event
 
 from .requestid import current_request_id
@@ -34,6 +35,9 @@ _END = object()
 
 def error_event(exc: BaseException, lang: str) -> Event:
     """The "error" event for a service that raised after the stream started: {code, message} in `lang`."""
+    if isinstance(exc, RemoteError):  # a remote engine failed mid-answer: what failed, not its URL (logged)
+        log.error("remote engine failed in a stream (request %s): %s", current_request_id(), exc.en)
+        return Event("error", {"code": exc.code, "message": exc.public_message(lang)})
     if isinstance(exc, UserError):
         return Event("error", {"code": exc.code, "message": exc.message(lang)})
     rid = current_request_id()

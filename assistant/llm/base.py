@@ -55,5 +55,8 @@ class ChatModel(ABC):
     def warmup(self, system: str | None = None) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Load weights and process a fixed prompt prefix (the system prompt) ahead of the first request."""
 
+    def ping(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Raise a UserError when the engine cannot answer now (a remote server that is down); for /readyz."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Free the model's memory."""

@@ -71,8 +71,10 @@ def _openai(settings: Any) -> ChatModel:
             "（例如 vLLM 或 llama.cpp server 用 http://127.0.0.1:8000/v1，Ollama 用 http://127.0.0.1:11434/v1）。",
         )
     from assistant.llm.remote import OpenAIChatModel
+    from assistant.openai_http import RemotePolicy
 
-    return OpenAIChatModel(settings.openai_base_url, settings.openai_model, settings.openai_api_key)
+    return OpenAIChatModel(settings.openai_base_url, settings.openai_model, settings.openai_api_key,
+                           RemotePolicy.from_settings(settings))
 
 
 def describe_models(settings: Any = None) -> list[dict[str, object]]:
