@@ -102,6 +102,29 @@ def pg_server():
     srv.stop()
 
 
+@pytest.fixture(scope="session")
+def chroma_server():
+    """A real Chroma server (`chroma run`) on a free loopback port for the session (tests/chromaserver.py),
+    stopped by PID."""
+    from chromaserver import ChromaServer, chroma_cli
+
+    cli = chroma_cli()
+    if cli is None:
+        pytest.skip("the `chroma` CLI is not beside this Python (pip install chromadb)")
+    srv = ChromaServer(cli).start()
+    print(f"\nChroma server started in {srv.start_seconds:.2f} s on port {srv.port}")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def chroma_prefix() -> str:
+    """A collection prefix of its own for one test on the shared Chroma server."""
+    import secrets
+
+    return "t" + secrets.token_hex(5)
+
+
 @pytest.fixture()
 def pg_url(pg_server) -> str:
     """The URL of a fresh, empty PostgreSQL database for one test."""

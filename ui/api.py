@@ -160,9 +160,14 @@ async def readyz(request: Request, service: ServiceDep) -> JSONResponse:
     if service.ready():
         try:
             await run_in_threadpool(service.sessions.ping)
-        except UserError as db_err:  # a replica whose database is unreachable is not ready
+            await run_in_threadpool(service.index.ping)  # a Chroma server that is down
+            await run_in_threadpool(lambda: service.retriever)  # the live generation (maybe a new one), its embedder
+        except UserError as db_err:  # a replica whose database or index is unreachable is not ready
             return JSONResponse({"status": "unavailable", "error": {"code": db_err.code,
                                  "message": db_err.message(lang)}}, status_code=503)
+        status = service.embedder_status
+        if status is not None and status.status != "ok":  # served, with the index's embedder: say so
+            return JSONResponse({"status": "ready", "embedder": status.to_dict()})
         return JSONResponse({"status": "ready"})
     err = getattr(request.app.state, "load_error", None)
     message = err.message(lang) if err is not None else ("模型加载中…" if lang == "zh" else "Loading the model…")
