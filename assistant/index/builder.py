@@ -261,17 +261,21 @@ def _write_generation(index_dir: Path, chunks: list[Chunk], embedder: Embedder, 
     cache = EmbeddingCache(index_dir / "cache" / f"{_safe(embedder.name)}.sqlite", embedder.dim)
     try:
         ids = [c.id for c in chunks]
-        todo = cache.missing(ids)
-        by_id = {c.id: c for c in chunks}
-        te = time.perf_counter()
-        _embed_into_cache([by_id[i] for i in todo], embedder, cache, progress)
-        report.embed_seconds = time.perf_counter() - te
-        report.embedded = len(todo)
         prev_ids: set[str] = set()
         if prev_gen is not None and (prev_gen / "chroma").is_dir():
             shutil.copytree(prev_gen / "chroma", gen / "chroma")
             prev_ids = {c.id for c in read_chunks(prev_gen)}
         store = VectorStore(gen / "chroma")
+        todo = cache.missing(ids)
+        reuse = [i for i in todo if i in prev_ids]  # a cache lost or cleared: the copied store has these vectors
+        if reuse:
+            cache.put(reuse, store.vectors(reuse, embedder.dim))
+            todo = [i for i in todo if i not in prev_ids]
+        by_id = {c.id: c for c in chunks}
+        te = time.perf_counter()
+        _embed_into_cache([by_id[i] for i in todo], embedder, cache, progress)
+        report.embed_seconds = time.perf_counter() - te
+        report.embedded = len(todo)
         removed = sorted(prev_ids - set(ids))
         added = [c for c in chunks if c.id not in prev_ids]
         store.delete(removed)
