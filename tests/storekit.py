@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,3 +84,24 @@ def small_docs(root: Path) -> Path:
 def seed(backend: Backend, cache: Path) -> Path:
     shutil.copytree(cache, backend.index_dir / "cache")
     return small_docs(backend.root)
+
+
+def kill_build_midway(backend: Backend, docs: Path, *args: str) -> None:
+    """Add two notes to `docs` (new text to embed), run `assistant index build ARGS` as a subprocess and SIGKILL it
+    0.5 s after its new generation appears unpublished (a .partial directory, or a collection nothing points to)."""
+    shutil.copy(REPO / "corpus/notes/pytorch.md", docs / "notes/pytorch.md")
+    shutil.copy(REPO / "corpus/notes/tensorflow.md", docs / "notes/tensorflow.md")
+    proc = subprocess.Popen([sys.executable, "-m", "assistant", "index", "build", "--no-progress", *args], cwd=REPO,
+                            env=backend.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not backend.unpublished() and proc.poll() is None:
+            time.sleep(0.05)
+        assert backend.unpublished(), "the build never started writing its generation"
+        time.sleep(0.5)
+        assert proc.poll() is None, "the build finished before the kill"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

