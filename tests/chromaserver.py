@@ -61,7 +61,8 @@ class ChromaServer:
         except OSError:
             return ""
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the server process, keeping its data: start() brings it back on the same port and data."""
         if self.proc is not None:
             if self.proc.poll() is None:
                 os.kill(self.proc.pid, signal.SIGTERM)
@@ -71,4 +72,7 @@ class ChromaServer:
                     os.kill(self.proc.pid, signal.SIGKILL)
                     self.proc.wait(10)
             self.proc = None
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -203,3 +203,39 @@ def test_unreachable_chroma_server_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UserError) as e:
         ServerIndex("127.0.0.1:8000")
     assert e.value.code == "chroma_url"
+
+
+def test_readyz_is_503_while_the_chroma_server_is_down(tmp_path: Path, seeded_cache: Path) -> None:
+    """A replica whose Chroma server stops answering is not ready (in the client's language), and is again when
+    the server is back on the same data."""
+    from chromaserver import ChromaServer, chroma_cli
+    from fastapi.testclient import TestClient
+
+    from assistant.llm.scripted import ScriptedChatModel, quote_sources
+    from assistant.service import AssistantService
+    from ui.server import create_app
+
+    cli = chroma_cli()
+    if cli is None:
+        pytest.skip("no chroma CLI")
+    srv = ChromaServer(cli).start()
+    try:
+        backend = Backend("server", tmp_path, srv.url, "down")
+        backend.build(seed(backend, seeded_cache))
+        svc = AssistantService(backend.settings(), chat_model=ScriptedChatModel(quote_sources))
+        svc.load(warm=False)
+        http = TestClient(create_app(svc, with_ui=False, load=False), base_url="http://127.0.0.1")
+        assert http.get("/readyz").json() == {"status": "ready"}
+        srv.halt()
+        r = http.get("/readyz", headers={"accept-language": "zh"})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "chroma_unreachable"
+        assert "Chroma 服务没有响应" in r.json()["error"]["message"]
+        srv.start()
+        deadline = time.monotonic() + 30
+        while http.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "not ready again after the server came back"
+            time.sleep(0.2)
+        assert svc.search("ZeRO stage 3 partitions parameters", k=1)
+        svc.close()
+    finally:
+        srv.stop()
