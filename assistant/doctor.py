@@ -198,9 +198,14 @@ def check_index(settings: Settings) -> Check:
     from .index.location import open_index
 
     fix_en, fix_zh = "build it: assistant index build (or make index)", "构建索引：assistant index build（或 make index）"
-    index = open_index(settings)  # a Chroma server that does not answer: a UserError, a "fail" line
-    where = index.describe()
-    gen = index.live(fresh=True)
+    try:
+        index = open_index(settings)
+        where = index.describe()
+        gen = index.live(fresh=True)
+    except UserError as exc:  # a Chroma server that does not answer, a malformed ASSISTANT_CHROMA_URL
+        return Check("index", FAIL, exc.en, exc.zh, "start the Chroma server (chroma run --path DIR --host HOST "
+                     "--port PORT) or fix ASSISTANT_CHROMA_URL", "启动 Chroma 服务（chroma run --path DIR --host HOST "
+                     "--port PORT）或修改 ASSISTANT_CHROMA_URL")
     if gen is None:
         return Check("index", FAIL, f"no index in {where}", f"{where} 中没有索引", fix_en, fix_zh)
     try:

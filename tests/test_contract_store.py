@@ -203,6 +203,11 @@ def test_unreachable_chroma_server_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UserError) as e:
         ServerIndex("127.0.0.1:8000")
     assert e.value.code == "chroma_url"
+    from assistant.doctor import FAIL, check_index
+    from assistant.settings import load_settings
+
+    doc = check_index(load_settings(index_dir=tmp_path / "index", chroma_url=f"http://127.0.0.1:{free_port()}"))
+    assert doc.status == FAIL and "does not answer" in doc.found_en and "chroma run" in doc.fix_en
 
 
 def test_readyz_is_503_while_the_chroma_server_is_down(tmp_path: Path, seeded_cache: Path) -> None:
