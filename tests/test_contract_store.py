@@ -210,6 +210,7 @@ def test_unreachable_chroma_server_is_a_clear_error(tmp_path: Path) -> None:
     assert doc.status == FAIL and "does not answer" in doc.found_en and "chroma run" in doc.fix_en
 
 
+@pytest.mark.slow  # its own Chroma server, stopped and restarted (~15 s)
 def test_readyz_is_503_while_the_chroma_server_is_down(tmp_path: Path, seeded_cache: Path) -> None:
     """A replica whose Chroma server stops answering is not ready (in the client's language), and is again when
     the server is back on the same data."""
