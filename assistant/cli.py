@@ -45,14 +45,16 @@ def _print_json(obj: Any) -> None:
 def cmd_index_build(args: argparse.Namespace) -> int:
     from .embed import embedder_for
     from .index.builder import build_index
-    from .index.snapshot import current_meta
+    from .index.location import open_index
+    from .index.server import ServerIndex
 
     s = _settings(args)
     index_dir = Path(s.index_dir)
+    index = open_index(s)
     roots = [Path(p) for p in (args.docs or [])]
     if not args.replace:
         roots = [Path(p) for p in s.docs] + roots
-        meta = current_meta(index_dir)
+        meta = index.current_meta()
         if meta is not None:  # folders added earlier with --docs stay in the index
             roots += [Path(r) for r in meta.roots if Path(r).exists()]
     from .documents import DocumentLibrary, uploads_dir
@@ -70,7 +72,8 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     roots = _without_shadowed(roots, s, [Path(p).resolve() for p in (args.docs or [])], log)
     emb = embedder_for(s)
 
-    report = build_index(index_dir, roots, emb, chunk_tokens=args.chunk_tokens, progress=not args.no_progress, log=log)
+    report = build_index(index_dir, roots, emb, chunk_tokens=args.chunk_tokens, progress=not args.no_progress, log=log,
+                         server=index if isinstance(index, ServerIndex) else None)
     if args.json:
         _print_json(report.to_dict())
         return 0
@@ -79,7 +82,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     else:
         print(f"Indexed {report.documents} documents into {report.chunks} chunks in {report.seconds:.1f} s "
               f"(embedded {report.embedded} new chunks in {report.embed_seconds:.1f} s; "
-              f"+{report.added} -{report.removed} in the vector store) -> {index_dir / report.generation}")
+              f"+{report.added} -{report.removed} in the vector store) -> {index.location(report.generation)}")
     if report.skipped:
         print(f"Skipped {len(report.skipped)} file(s):")
         for path, reason in report.skipped:

@@ -168,17 +168,13 @@ def check_models(settings: Settings) -> list[Check]:
 
 
 def _index_embedder(settings: Settings) -> str:
-    import json
+    from .index.location import open_index
 
-    from .index.snapshot import current_generation
-
-    gen = current_generation(Path(settings.index_dir))
-    if gen is not None:
-        try:
-            return str(json.loads((gen / "meta.json").read_text(encoding="utf-8")).get("embedder") or settings.embedder)
-        except (OSError, ValueError):
-            pass
-    return settings.embedder
+    try:
+        meta = open_index(settings).current_meta()
+    except (UserError, OSError, ValueError):
+        meta = None
+    return (meta.embedder if meta is not None else None) or settings.embedder
 
 
 def check_embedder(settings: Settings) -> Check:
@@ -197,32 +193,41 @@ def check_embedder(settings: Settings) -> Check:
 
 
 def check_index(settings: Settings) -> Check:
-    from .index.snapshot import IndexSnapshot, current_generation
+    from .embed import create_embedder
+    from .index.identity import compare
+    from .index.location import open_index
 
-    index_dir = Path(settings.index_dir)
     fix_en, fix_zh = "build it: assistant index build (or make index)", "构建索引：assistant index build（或 make index）"
-    gen = current_generation(index_dir)
-    if gen is None:
-        return Check("index", FAIL, f"no index in {index_dir}", f"{index_dir} 中没有索引", fix_en, fix_zh)
     try:
-        snap = IndexSnapshot(gen)
+        index = open_index(settings)
+        where = index.describe()
+        gen = index.live(fresh=True)
+    except UserError as exc:  # a Chroma server that does not answer, a malformed ASSISTANT_CHROMA_URL
+        return Check("index", FAIL, exc.en, exc.zh, "start the Chroma server (chroma run --path DIR --host HOST "
+                     "--port PORT) or fix ASSISTANT_CHROMA_URL", "启动 Chroma 服务（chroma run --path DIR --host HOST "
+                     "--port PORT）或修改 ASSISTANT_CHROMA_URL")
+    if gen is None:
+        return Check("index", FAIL, f"no index in {where}", f"{where} 中没有索引", fix_en, fix_zh)
+    try:
+        snap = index.snapshot(gen)
         try:
-            vectors, chunks, emb = snap.store.count(), len(snap.chunks), snap.embedder_name
+            vectors, chunks, emb, meta = snap.store.count(), len(snap.chunks), snap.embedder_name, snap.meta
         finally:
             snap.close()
     except Exception as exc:  # noqa: BLE001 - any failure to open it is the finding
         return Check("index", FAIL, f"{gen} is unreadable: {type(exc).__name__}: {exc}",
                      f"{gen} 无法读取：{type(exc).__name__}: {exc}", fix_en, fix_zh)
-    found_en = f"{gen.name} in {index_dir}: {chunks} chunks, {vectors} vectors, embedder {emb}"
-    found_zh = f"{index_dir} 中的 {gen.name}：{chunks} 个片段，{vectors} 个向量，嵌入模型 {emb}"
+    version = f" {meta.embedder_version}" if meta.embedder_version else ""
+    found_en = f"{gen} in {where}: {chunks} chunks, {vectors} vectors, embedder {emb}{version}"
+    found_zh = f"{where} 中的 {gen}：{chunks} 个片段，{vectors} 个向量，嵌入模型 {emb}{version}"
     if chunks == 0 or vectors != chunks:
         return Check("index", FAIL, found_en + ": the vector store does not match the chunks",
                      found_zh + "：向量库与片段不一致", fix_en, fix_zh)
-    if emb != settings.embedder:
-        return Check("index", WARN, found_en + f"; settings ask for {settings.embedder} (queries use {emb})",
-                     found_zh + f"；设置要求 {settings.embedder}（查询使用 {emb}）",
-                     f"assistant index build --embedder {settings.embedder}",
-                     f"assistant index build --embedder {settings.embedder}")
+    status = compare(meta, settings.embedder, create_embedder(emb, settings.threads))
+    if status.status != "ok":
+        fix = f"assistant index build --embedder {settings.embedder}"
+        return Check("index", FAIL if status.refuse else WARN, f"{found_en}; {status.en}", f"{found_zh}；{status.zh}",
+                     fix, fix)
     return Check("index", OK, found_en, found_zh)
 
 

@@ -25,7 +25,8 @@ from .embed import Embedder, embedder_for
 from .errors import UserError
 from .filters import Filters
 from .genqueue import GenerationQueue, Ticket
-from .index.snapshot import IndexSnapshot, current_meta, require_generation
+from .index.identity import EmbedderStatus, compare
+from .index.location import IndexLocation, open_index
 from .lang import detect_language
 from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
@@ -46,6 +47,8 @@ class AssistantService:
         self._llm = chat_model
         self._retriever: Retriever | None = None
         self._gen_name: str | None = None
+        self._index: IndexLocation | None = None  # the index directory or Chroma server (opened on first use)
+        self.embedder_status: EmbedderStatus | None = None  # the live generation's embedder against the settings
         self._lock = threading.RLock()  # the retriever and its index generation
         self._llm_lock = threading.Lock()  # the model: loading it must not block searches
         self._translator: QueryTranslator | None = None
@@ -62,22 +65,45 @@ class AssistantService:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            meta = current_meta(Path(self.settings.index_dir))
+            meta = self.index.current_meta()
             self._embedder = embedder_for(self.settings, meta.embedder if meta else None, meta.dim if meta else None)
         return self._embedder
 
     @property
+    def index(self) -> IndexLocation:
+        """Where the index lives: settings.index_dir, or the Chroma server of settings.chroma_url."""
+        if self._index is None:
+            self._index = open_index(self.settings)
+        return self._index
+
+    @property
     def retriever(self) -> Retriever:
-        """The retriever over the live index generation; reopened when a build has replaced it."""
+        """The retriever over the live index generation; reopened when a build has replaced it (in this process,
+        another one, or another replica of a Chroma-server index). A generation whose embedder this process
+        cannot reproduce is refused (assistant/index/identity.py)."""
         with self._lock:
-            gen = require_generation(Path(self.settings.index_dir))
-            if self._retriever is None or gen.name != self._gen_name:
+            gen = self.index.require()
+            if self._retriever is None or gen != self._gen_name:
                 old = self._retriever
-                self._retriever = Retriever(IndexSnapshot(gen), self.embedder, self.params)
-                self._gen_name = gen.name
+                snap = self.index.snapshot(gen)
+                status = compare(snap.meta, self.settings.embedder, self._embedder_for(snap.embedder_name, snap.meta.dim))
+                if status.status != "ok":
+                    log.warning("index %s: %s", gen, status.en)
+                if status.refuse:
+                    snap.close()
+                    raise status.error()
+                self.embedder_status = status
+                self._retriever = Retriever(snap, self.embedder, self.params)
+                self._gen_name = gen
                 if old is not None:
                     old.snap.close()
             return self._retriever
+
+    def _embedder_for(self, name: str, dim: int | None = None) -> Embedder:
+        """The embedder a generation needs: the loaded one when it has that name, else the one it names."""
+        if self._embedder is None or self._embedder.name != name:
+            self._embedder = embedder_for(self.settings, name, dim)
+        return self._embedder
 
     @property
     def llm(self) -> ChatModel:
@@ -143,17 +169,22 @@ class AssistantService:
         self._loaded = True
 
     def index_generation(self) -> str:
-        """The live generation's directory (absolute): names one build of one index."""
-        return str(self.retriever.snap.gen.resolve())
+        """Names one build of one index: the live generation's directory (absolute), or on a Chroma server
+        <url>/<prefix>/<generation>."""
+        snap = self.retriever.snap
+        return snap.location
 
     def ready(self) -> bool:
         """True once load() finished: index open, model loaded and warmed."""
         return self._loaded
 
     def ping(self) -> None:
-        """Raise a UserError when a part the answers need cannot answer now: the sessions database, a remote
-        generation or embedding server (for /readyz; local engines have nothing to ask)."""
+        """Raise a UserError when a part the answers need cannot answer now: the sessions database, a Chroma server,
+        the live generation (maybe a new one) with its embedder, a remote generation or embedding server (for
+        /readyz; local engines have nothing to ask)."""
         self.sessions.ping()
+        self.index.ping()
+        self.retriever  # noqa: B018 (opens a new live generation, and refuses an embedder it cannot reproduce)
         if self._llm is not None:
             self._llm.ping()
         if self._embedder is not None:
@@ -167,7 +198,7 @@ class AssistantService:
             langs[c.language] = langs.get(c.language, 0) + 1
             for f in c.frameworks:
                 fws[f] = fws.get(f, 0) + 1
-        return {"generation": snap.gen.name, "documents": len({c.source for c in snap.chunks}),
+        return {"generation": snap.name, "documents": len({c.source for c in snap.chunks}),
                 "chunks": len(snap.chunks), "languages": langs, "frameworks": dict(sorted(fws.items())),
                 "embedder": snap.embedder_name, "skipped": [list(s) for s in snap.meta.skipped],
                 "chunk_tokens": snap.meta.chunk_tokens}

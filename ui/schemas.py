@@ -191,9 +191,22 @@ class AnswerResponse(BaseModel):
     queue: dict[str, float] | None = None
 
 
+class EmbedderStatusBody(BaseModel):
+    """The index's embedder against the settings' (assistant/index/identity.py), when they differ."""
+
+    status: Literal["ok", "other_embedder", "other_version", "incompatible"]
+    index_embedder: str
+    index_version: str | None = None
+    settings_embedder: str
+    loaded_version: str | None = None
+    message_en: str = ""
+    message_zh: str = ""
+
+
 class ReadyStatus(BaseModel):
     status: Literal["ready", "loading", "failed", "unavailable"]
     error: ErrorBody | None = None
+    embedder: EmbedderStatusBody | None = None
 
 
 # ---- OpenAI-compatible ------------------------------------------------------------------------

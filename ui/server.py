@@ -14,7 +14,6 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from assistant.errors import UserError
-from assistant.index.snapshot import require_generation
+from assistant.index.location import open_index
 from assistant.llm.base import ModelError
 from assistant.openai_http import RemoteError
 from assistant.service import AssistantService
@@ -301,7 +300,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
                     "names clients use", host)
     log.info("access: %s", f"{len(access.keys)} API key(s) required" if access.enabled else "no API keys (local user)")
     # Without an index the server could never become ready: say so and exit (2) instead of serving 503s.
-    require_generation(Path(settings.index_dir))
+    open_index(settings).require()  # the index directory, or the Chroma server (unreachable: a UserError)
     _check_port_free(host, port)  # before the model loads, not after (uvicorn would find out only then)
     # Before anything loads in-process or binds the port: a llama.cpp build that dies on this CPU (SIGILL) dies
     # in a child here, and the ModelError it raises ends start-up with the message and a non-zero exit.

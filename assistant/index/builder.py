@@ -5,6 +5,12 @@ A build writes a new generation directory next to the live one and, only when it
 replaces the CURRENT pointer with os.replace. Files whose bytes are unchanged reuse their chunks;
 chunks whose id is in the embedding cache reuse their vectors; the Chroma store of the previous
 generation is copied and patched (deleted ids removed, new ids added) instead of refilled.
+
+With a Chroma server (`server`, assistant/index/server.py) the same plan is written as a new collection of the
+server: vectors of chunks the previous generation has are read back from it (never embedded again, even by a
+machine whose embedding cache is empty), the rest are embedded, every chunk is written with its text, and the
+generation goes live by its catalogue record and the pointer, written last. The build lock and the embedding
+cache stay in index_dir on the machine that builds.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..embed import Embedder
 from ..errors import UserError
@@ -28,9 +34,13 @@ from ..ingest.chunker import CHUNKER_VERSION
 from ..private import DIR_MODE, fsync_dir, private_dir, private_file, replace_durably, seal_tree
 from ..types import Chunk
 from .cache import EmbeddingCache
+from .identity import embedder_version, probe_vector
 from .keyword import KeywordIndex
 from .snapshot import IndexMeta, current_generation, read_chunks, read_meta, write_meta
 from .store import VectorStore
+
+if TYPE_CHECKING:
+    from .server import ServerIndex
 
 FORMAT_VERSION = 1
 
@@ -98,17 +108,24 @@ def build_index(
     log: Callable[[str], None] = print,
     keep_previous: int = 1,
     on_progress: Callable[[int, int], None] | None = None,
+    server: ServerIndex | None = None,
 ) -> BuildReport:
-    """Index every supported file under doc_paths into index_dir; see the module docstring.
-    `on_progress(done, total)` is called as the new chunks are embedded (total: the chunks to embed)."""
+    """Index every supported file under doc_paths into index_dir, or into `server` (then index_dir keeps only the
+    build lock and the embedding cache); see the module docstring. `on_progress(done, total)` is called as the new
+    chunks are embedded (total: the chunks to embed)."""
     t0 = time.perf_counter()
     private_dir(index_dir)
+    cleanup = server.remove_unpublished if server is not None else lambda: _remove_unpublished(index_dir)
     with _BuildLock(index_dir):
-        _remove_unpublished(index_dir)
+        cleanup()
         try:
-            report = _build_locked(index_dir, doc_paths, embedder, chunk_tokens, progress, log, on_progress)
+            if server is not None:
+                report = _build_on_server(server, index_dir, doc_paths, embedder, chunk_tokens, progress, log,
+                                          on_progress)
+            else:
+                report = _build_locked(index_dir, doc_paths, embedder, chunk_tokens, progress, log, on_progress)
         except BaseException as exc:  # a failed build leaves only the previous generation behind
-            _remove_unpublished(index_dir)
+            cleanup()
             if isinstance(exc, Exception) and _out_of_space(exc):
                 raise UserError(
                     "disk_full", f"The disk is full: the index build in {index_dir} could not write its files. "
@@ -123,47 +140,78 @@ def build_index(
                     status=500) from exc
             raise
         if not report.unchanged:
-            _prune(index_dir, keep_previous)
+            if server is not None:
+                server.prune(keep_previous)
+            else:
+                _prune(index_dir, keep_previous)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+@dataclass
+class _Plan:
+    chunk_tokens: int
+    files: list[tuple[Path, Path]]
+    fingerprints: dict[str, str]
+    same_settings: bool
+    report: BuildReport
+    chunks: list[Chunk] = field(default_factory=list)
+    file_sources: dict[str, str] = field(default_factory=dict)
+
+    def meta(self, embedder: Embedder) -> IndexMeta:
+        """What the new generation records: the settings that made it, its files, and the embedder's identity."""
+        return IndexMeta(embedder.name, self.chunk_tokens, FORMAT_VERSION, CHUNKER_VERSION,
+                         fingerprints=self.fingerprints, documents=self.report.documents, chunks=len(self.chunks),
+                         skipped=tuple(self.report.skipped), file_sources=self.file_sources,
+                         roots=tuple(sorted({str(r) for _f, r in self.files})), created=time.time(),
+                         dim=embedder.dim, embedder_version=embedder_version(embedder), probe=probe_vector(embedder))
+
+
+def _plan(doc_paths: list[Path], embedder: Embedder, chunk_tokens: int | None, prev_gen: str | None,
+          prev_meta: IndexMeta | None, prev_chunks: Callable[[], list[Chunk]], log: Callable[[str], None]) -> _Plan:
+    """What to build: the files, their chunks (reused from the previous generation where a file is unchanged and
+    the build settings are the same); report.unchanged when nothing changed at all."""
+    from ..ingest import DEFAULT_CHUNK_TOKENS
+
+    chunk_tokens = chunk_tokens or DEFAULT_CHUNK_TOKENS
+    files = discover(doc_paths)
+    fingerprints = {str(f): _fingerprint(f, root) for f, root in files}
+    settings_key = {"embedder": embedder.name, "chunk_tokens": chunk_tokens, "format": FORMAT_VERSION,
+                    "chunker": CHUNKER_VERSION}
+    report = BuildReport()
+    same_settings = prev_meta is not None and prev_meta.build_key() == settings_key
+    plan = _Plan(chunk_tokens, files, fingerprints, same_settings, report)
+    if prev_gen and prev_meta and same_settings and prev_meta.fingerprints == fingerprints:
+        report.unchanged = True
+        report.generation = prev_gen
+        report.documents = prev_meta.documents
+        report.chunks = prev_meta.chunks
+        report.skipped = list(prev_meta.skipped)
+        return plan
+    plan.chunks, plan.file_sources = _collect_chunks(files, fingerprints, prev_chunks() if same_settings else [],
+                                                     prev_meta, same_settings, chunk_tokens, report, log)
+    if not plan.chunks:
+        raise UserError("empty_corpus",
+                        "No documents to index: the given paths hold no readable Markdown, reST, notebook, HTML, PDF, "
+                        "text or .py tutorial files.",
+                        "没有可索引的文档：给定路径中没有可读取的 Markdown、reST、notebook、HTML、PDF、文本或 .py 教程文件。")
+    return plan
 
 
 def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, chunk_tokens: int | None,
                   progress: bool, log: Callable[[str], None],
                   on_progress: Callable[[int, int], None] | None = None) -> BuildReport:
-    from ..ingest import DEFAULT_CHUNK_TOKENS
-
-    chunk_tokens = chunk_tokens or DEFAULT_CHUNK_TOKENS
-    files = discover(doc_paths)
     prev_gen = current_generation(index_dir)
     prev_meta = read_meta(prev_gen) if prev_gen else None
-    fingerprints = {str(f): _fingerprint(f, root) for f, root in files}
-    settings_key = {"embedder": embedder.name, "chunk_tokens": chunk_tokens, "format": FORMAT_VERSION,
-                    "chunker": CHUNKER_VERSION}
-    report = BuildReport()
-
-    same_settings = prev_meta is not None and prev_meta.build_key() == settings_key
-    if prev_gen and prev_meta and same_settings and prev_meta.fingerprints == fingerprints:
-        report.unchanged = True
-        report.generation = prev_gen.name
-        report.documents = prev_meta.documents
-        report.chunks = prev_meta.chunks
-        report.skipped = list(prev_meta.skipped)
+    plan = _plan(doc_paths, embedder, chunk_tokens, prev_gen.name if prev_gen else None, prev_meta,
+                 lambda: read_chunks(prev_gen) if prev_gen else [], log)
+    report, chunks = plan.report, plan.chunks
+    if report.unchanged:
         return report
-
-    chunks, file_sources = _collect_chunks(files, fingerprints, prev_gen, prev_meta, same_settings, chunk_tokens,
-                                           report, log)
-    if not chunks:
-        raise UserError("empty_corpus",
-                        "No documents to index: the given paths hold no readable Markdown, reST, notebook, HTML, PDF, "
-                        "text or .py tutorial files.",
-                        "没有可索引的文档：给定路径中没有可读取的 Markdown、reST、notebook、HTML、PDF、文本或 .py 教程文件。")
+    same_settings = plan.same_settings
     new_gen = _write_generation(index_dir, chunks, embedder, prev_gen if same_settings else None, progress, report,
                                 on_progress)
-    write_meta(new_gen, IndexMeta(embedder.name, chunk_tokens, FORMAT_VERSION, CHUNKER_VERSION, fingerprints=fingerprints, documents=report.documents,
-                                  chunks=len(chunks), skipped=tuple(report.skipped), file_sources=file_sources,
-                                  roots=tuple(sorted({str(r) for _f, r in files})), created=time.time(),
-                                  dim=embedder.dim))
+    write_meta(new_gen, plan.meta(embedder))
     # Durable before visible: the generation's files and directories are fsynced, then renamed into place, then
     # the pointer is written to a temp file, fsynced and renamed over CURRENT (the moment the generation goes
     # live), and the directory fsynced. A crash at any point leaves the previous generation answering.
@@ -177,15 +225,14 @@ def _build_locked(index_dir: Path, doc_paths: list[Path], embedder: Embedder, ch
     return report
 
 
-def _collect_chunks(files: list[tuple[Path, Path]], fingerprints: dict[str, str], prev_gen: Path | None,
+def _collect_chunks(files: list[tuple[Path, Path]], fingerprints: dict[str, str], prev_chunks: list[Chunk],
                     prev_meta: IndexMeta | None, same_settings: bool, chunk_tokens: int, report: BuildReport,
                     log: Callable[[str], None]) -> tuple[list[Chunk], dict[str, str]]:
     prev_by_source: dict[str, list[Chunk]] = {}
     prev_files = prev_meta.fingerprints if prev_meta and same_settings else {}
     prev_sources = prev_meta.file_sources if prev_meta and same_settings else {}
-    if prev_gen and same_settings:
-        for c in read_chunks(prev_gen):
-            prev_by_source.setdefault(c.source, []).append(c)
+    for c in prev_chunks:
+        prev_by_source.setdefault(c.source, []).append(c)
     chunks: list[Chunk] = []
     file_sources: dict[str, str] = {}
     for f, root in files:
@@ -220,17 +267,21 @@ def _write_generation(index_dir: Path, chunks: list[Chunk], embedder: Embedder, 
     cache = EmbeddingCache(index_dir / "cache" / f"{_safe(embedder.name)}.sqlite", embedder.dim)
     try:
         ids = [c.id for c in chunks]
-        todo = cache.missing(ids)
-        by_id = {c.id: c for c in chunks}
-        te = time.perf_counter()
-        _embed_into_cache([by_id[i] for i in todo], embedder, cache, progress, on_progress=on_progress)
-        report.embed_seconds = time.perf_counter() - te
-        report.embedded = len(todo)
         prev_ids: set[str] = set()
         if prev_gen is not None and (prev_gen / "chroma").is_dir():
             shutil.copytree(prev_gen / "chroma", gen / "chroma")
             prev_ids = {c.id for c in read_chunks(prev_gen)}
         store = VectorStore(gen / "chroma")
+        todo = cache.missing(ids)
+        reuse = [i for i in todo if i in prev_ids]  # a cache lost or cleared: the copied store has these vectors
+        if reuse:
+            cache.put(reuse, store.vectors(reuse, embedder.dim))
+            todo = [i for i in todo if i not in prev_ids]
+        by_id = {c.id: c for c in chunks}
+        te = time.perf_counter()
+        _embed_into_cache([by_id[i] for i in todo], embedder, cache, progress, on_progress=on_progress)
+        report.embed_seconds = time.perf_counter() - te
+        report.embedded = len(todo)
         removed = sorted(prev_ids - set(ids))
         added = [c for c in chunks if c.id not in prev_ids]
         store.delete(removed)
@@ -244,6 +295,58 @@ def _write_generation(index_dir: Path, chunks: list[Chunk], embedder: Embedder, 
     finally:
         cache.close()
     return gen
+
+
+def _build_on_server(server: ServerIndex, index_dir: Path, doc_paths: list[Path], embedder: Embedder,
+                     chunk_tokens: int | None, progress: bool, log: Callable[[str], None],
+                     on_progress: Callable[[int, int], None] | None = None) -> BuildReport:
+    prev_gen = server.live(fresh=True)
+    prev_meta = server.meta(prev_gen) if prev_gen else None
+    prev: list[Chunk] = []
+
+    def prev_chunks() -> list[Chunk]:
+        prev.extend(server.store(prev_gen).chunks() if prev_gen else [])
+        return prev
+
+    plan = _plan(doc_paths, embedder, chunk_tokens, prev_gen, prev_meta, prev_chunks, log)
+    report, chunks = plan.report, plan.chunks
+    if report.unchanged:
+        return report
+    cache = EmbeddingCache(index_dir / "cache" / f"{_safe(embedder.name)}.sqlite", embedder.dim)
+    try:
+        ids = [c.id for c in chunks]
+        prev_ids = {c.id for c in prev}
+        reuse = [i for i in cache.missing(ids) if i in prev_ids]  # the previous generation has them: read back
+        if reuse and prev_gen:
+            cache.put(reuse, server.store(prev_gen).vectors(reuse, embedder.dim))
+        # The new collection exists from here on, filled batch by batch as its vectors are ready; until publish()
+        # nothing points to it, and a build killed meanwhile leaves it for the next build to remove.
+        gen, store = server.new_generation()
+        batch = 256
+        total = len(cache.missing(ids))
+        done = 0
+        if on_progress is not None:
+            on_progress(0, total)
+        for i in range(0, len(chunks), batch):
+            part = chunks[i : i + batch]
+            todo = cache.missing([c.id for c in part])
+            te = time.perf_counter()
+            by_id = {c.id: c for c in part}
+            _embed_into_cache([by_id[t] for t in todo], embedder, cache, progress=False)
+            report.embed_seconds += time.perf_counter() - te
+            report.embedded += len(todo)
+            done += len(todo)
+            if on_progress is not None and todo:
+                on_progress(done, total)
+            store.add(part, cache.get([c.id for c in part]), with_texts=True, first_row=i)
+        report.removed = len(prev_ids - set(ids))
+        report.added = len(set(ids) - prev_ids)
+    finally:
+        cache.close()
+    server.publish(gen, plan.meta(embedder))
+    report.generation = gen
+    report.chunks = len(chunks)
+    return report
 
 
 def keyword_text(c: Chunk) -> str:

@@ -5,14 +5,17 @@ Layout of an index directory:
     gen-<n>/           chunks.jsonl, meta.json (IndexMeta), chroma/, bm25/
     cache/             embedding cache per embedder (see cache.py)
 
-meta.json is read and written only here (read_meta, current_meta, write_meta).
+meta.json is read and written only here (read_meta, current_meta, write_meta; meta_to_json and meta_from_json
+for the same record kept in a Chroma server, assistant/index/server.py). A snapshot of a generation on a Chroma
+server is made by IndexSnapshot.from_parts: the same object, its store a collection of the server, its BM25 index
+built in memory from the generation's chunk texts.
 """
 from __future__ import annotations
 
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -22,7 +25,6 @@ from ..errors import UserError
 from ..types import Chunk
 from .keyword import KeywordIndex
 from .store import VectorStore
-
 
 META = "meta.json"
 log = logging.getLogger(__name__)
@@ -44,6 +46,8 @@ class IndexMeta:
     roots: tuple[str, ...] = ()  # the folders indexed (a later build without --replace keeps them)
     created: float = 0.0  # time.time() of the build
     dim: int | None = None  # embedding dimension
+    embedder_version: str | None = None  # identity.embedder_version of the embedder
+    probe: tuple[float, ...] = ()  # identity.probe_vector: the embedder's vector of identity.PROBE
 
     def build_key(self) -> dict[str, Any]:
         """The settings that make chunks and vectors comparable between two builds."""
@@ -58,15 +62,25 @@ class IndexMeta:
             d["skipped"] = tuple((str(p), str(r)) for p, r in d["skipped"])
         if "roots" in d:
             d["roots"] = tuple(d["roots"])
+        if "probe" in d:
+            d["probe"] = tuple(float(x) for x in d["probe"])
         return cls(**d)
 
 
+def meta_to_json(meta: IndexMeta) -> str:
+    return json.dumps(asdict(meta), ensure_ascii=False, indent=1)
+
+
+def meta_from_json(text: str) -> IndexMeta:
+    return IndexMeta.from_dict(json.loads(text))
+
+
 def read_meta(gen: Path) -> IndexMeta:
-    return IndexMeta.from_dict(json.loads((gen / META).read_text(encoding="utf-8")))
+    return meta_from_json((gen / META).read_text(encoding="utf-8"))
 
 
 def write_meta(gen: Path, meta: IndexMeta) -> None:
-    (gen / META).write_text(json.dumps(asdict(meta), ensure_ascii=False, indent=1), encoding="utf-8")
+    (gen / META).write_text(meta_to_json(meta), encoding="utf-8")
 
 
 def current_generation(index_dir: Path) -> Path | None:
@@ -77,17 +91,17 @@ def current_generation(index_dir: Path) -> Path | None:
     return gen if (gen / META).is_file() else None
 
 
+def index_missing() -> UserError:
+    return UserError("index_missing", "There is no index yet. Build it first: assistant index build",
+                     "还没有索引。请先构建：assistant index build", status=503)
+
+
 def require_generation(index_dir: Path) -> Path:
     """The live generation, or the "build it first" UserError when there is no index yet."""
     gen = current_generation(index_dir)
     if gen is None:
         log.info("no index in %s", index_dir.resolve())  # the path goes to the server log, not to clients (nor the CLI)
-        raise UserError(
-            "index_missing",
-            "There is no index yet. Build it first: assistant index build",
-            "还没有索引。请先构建：assistant index build",
-            status=503,
-        )
+        raise index_missing()
     return gen
 
 
@@ -110,13 +124,33 @@ class IndexSnapshot:
     a new generation replaced it) reopens the store for its own use."""
 
     def __init__(self, gen: Path) -> None:
-        self.gen = gen
-        self.meta = read_meta(gen)
-        self.chunks = read_chunks(gen)
+        self._setup(gen.name, str(gen.resolve()), read_meta(gen), read_chunks(gen),
+                    lambda: VectorStore(gen / "chroma"), KeywordIndex.load(gen / "bm25"))
+        self.gen: Path | None = gen
+
+    @classmethod
+    def from_parts(cls, name: str, location: str, meta: IndexMeta, chunks: list[Chunk],
+                   open_store: Callable[[], VectorStore], keyword: KeywordIndex | None = None) -> IndexSnapshot:
+        """A snapshot of a generation kept elsewhere (a Chroma server): `keyword` defaults to BM25 over `chunks`."""
+        from .builder import keyword_text
+
+        snap = cls.__new__(cls)
+        snap._setup(name, location, meta, chunks, open_store,
+                    keyword or KeywordIndex.build([keyword_text(c) for c in chunks]))
+        snap.gen = None
+        return snap
+
+    def _setup(self, name: str, location: str, meta: IndexMeta, chunks: list[Chunk],
+               open_store: Callable[[], VectorStore], keyword: KeywordIndex) -> None:
+        self.name = name  # the generation's name (gen-<ns>)
+        self.location = location  # where it lives: its directory, or <chroma url>/<prefix>/<name>
+        self.meta = meta
+        self.chunks = chunks
         self.by_id = {c.id: c for c in self.chunks}
         self.row_of = {c.id: i for i, c in enumerate(self.chunks)}
-        self.store = VectorStore(gen / "chroma")
-        self.keyword = KeywordIndex.load(gen / "bm25")
+        self._open_store = open_store
+        self.store = open_store()
+        self.keyword = keyword
         self._users = 0
         self._retired = False
         self._open = True
@@ -135,7 +169,7 @@ class IndexSnapshot:
         with self._use_lock:
             self._users += 1
             if not self._open:
-                self.store = VectorStore(self.gen / "chroma")
+                self.store = self._open_store()
                 self._open = True
         try:
             yield self
