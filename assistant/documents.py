@@ -303,11 +303,15 @@ class DocumentLibrary:
         return job
 
     # ---- the build ----------------------------------------------------------------------------------------
+    def _index(self) -> Any:
+        """Where the index lives (a local directory or a Chroma server: assistant/index/location.py)."""
+        from .index.location import open_index
+
+        return open_index(self.settings)
+
     def roots(self) -> list[Path]:
         """What an index build indexes: the live index's folders (else settings.docs), and the uploads."""
-        from .index.snapshot import current_meta
-
-        meta = current_meta(self.index_dir)
+        meta = self._index().current_meta()
         given = list(meta.roots) if meta is not None and meta.roots else list(self.settings.docs)
         up = self.root.resolve()
         roots = [Path(r) for r in given if Path(r).exists() and Path(r).resolve() != up]
@@ -322,9 +326,10 @@ class DocumentLibrary:
 
     def _build(self, job: Job) -> None:
         from .index.builder import build_index
-        from .index.snapshot import current_meta
+        from .index.server import ServerIndex
 
-        meta = current_meta(self.index_dir)
+        index = self._index()
+        meta = index.current_meta()
 
         def progress(done: int, total: int) -> None:
             job.done, job.total = done, total
@@ -334,7 +339,8 @@ class DocumentLibrary:
             try:
                 build_index(self.index_dir, self.roots(), self._embedder(), progress=False,
                             chunk_tokens=meta.chunk_tokens if meta is not None else None,
-                            log=lambda m: log.info("%s", m), on_progress=progress)
+                            log=lambda m: log.info("%s", m), on_progress=progress,
+                            server=index if isinstance(index, ServerIndex) else None)
                 break
             except UserError as e:
                 if e.code != "build_running" or time.monotonic() > deadline:

@@ -334,7 +334,7 @@ class AssistantService:
     # ---- uploaded documents (assistant/documents.py) ---------------------------------------------
     def add_document(self, filename: str, data: bytes, *, owner: str | None = None) -> dict[str, str]:
         """Check an upload (a 4xx UserError for what is refused) and queue its indexing: {document_id, job_id}."""
-        require_generation(Path(self.settings.index_dir))
+        self.index.require()
         doc_id, job = self.documents.add(filename, data, owner)
         return {"document_id": doc_id, "job_id": job.id}
 
@@ -349,7 +349,7 @@ class AssistantService:
         return {"deleted": document_id, "job_id": job.id, "seconds": round(job.seconds, 3)}
 
     def reindex(self) -> Job:
-        require_generation(Path(self.settings.index_dir))
+        self.index.require()
         return self.documents.reindex()
 
     def list_documents(self, kind: str | None = None) -> list[dict[str, Any]]:
