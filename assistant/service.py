@@ -143,6 +143,18 @@ class AssistantService:
             raise failed[0]
         self._loaded = True
 
+    def warm_advisor(self) -> None:
+        """Resolve the Advisor's rubric facts for this index generation now (5-10 s, once per generation), so the
+        first selection question does not wait for it; the server runs this in the background after load()."""
+        from .advisor import load_rubric
+        from .advisor.rubric import resolve_facts
+
+        try:
+            for lang in ("zh", "en"):
+                resolve_facts(self, load_rubric(), lang)
+        except Exception:  # a warm-up only: the first selection question resolves (and reports) it again
+            log.warning("Advisor warm-up failed", exc_info=True)
+
     def index_generation(self) -> str:
         """The live generation's directory (absolute): names one build of one index."""
         return str(self.retriever.snap.gen.resolve())

@@ -117,14 +117,14 @@ def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: s
         if r["points"] > 0 and r["text"] not in led and len(reasons) < 3:
             n = cite(r)
             if n:
-                reasons.append((r["text"], n))
+                reasons.append((_claim(r["text"]), n))  # the citation shows it is the article; the prefix goes
     change = None
     for ch in advice.get("what_would_change", []):
         if ch.get("new_top") in recommended or not ch.get("reasons"):
             continue
         n = cite(ch["reasons"][0])
         if n:
-            change = (ch["text"], [n], ch["reasons"][0]["text"])
+            change = (ch["text"], [n], _claim(ch["reasons"][0]["text"]))
             break
     return SelectionPlan(lang, situation_line(advice.get("scenario", {}), lang), lead, recommended, reasons, change,
                          sources, citations, advice)
@@ -147,8 +147,10 @@ def _recommend_lead(top: dict[str, Any], cite: Callable[[dict[str, Any]], int], 
     if g is None:
         return (f"推荐 {top['name']}。" if lang == "zh" else f"We recommend {top['name']}."), [top["name"]]
     claim = _claim(g["text"])
-    if "article" in g.get("source", ""):
+    if "article" in g.get("source", "") and not re.match(r"(?:文章|the article)", claim, re.IGNORECASE):
         claim = ("文章指出，" + claim) if lang == "zh" else "the article says " + _lower_first(claim)
+    else:
+        claim = _lower_first(claim)
     n = cite(g)
     return _end(_LEAD[lang].format(name=top["name"], claim=claim), n), [top["name"]]
 
@@ -212,7 +214,8 @@ def situation_line(sc: dict[str, Any], lang: str) -> str:
         parts.append(_STAGE[lang][sc["stage"]])
     if sc.get("accelerators") and sc.get("hardware") in ("few_gpus", "gpu_cluster"):
         kind = sc.get("accelerator") or "GPU"
-        parts.append(f"{sc['accelerators']} 张 {kind}" if zh else f"{sc['accelerators']} × {kind}")
+        n = sc["accelerators"]
+        parts.append(f"{n} 张 {kind}" if zh else f"{n} GPU{'s' if n > 1 else ''}" if kind == "GPU" else f"{n} × {kind}")
     elif sc.get("hardware"):
         parts.append(_HARDWARE[lang][sc["hardware"]])
     if sc.get("params"):
