@@ -135,3 +135,17 @@ def test_selection_metrics():
     assert recommended_candidate("We recommend PyTorch + DeepSpeed: ...") == "PyTorch + DeepSpeed"
     assert recommended_candidate("推荐 飞桨：文章指出 PyTorch ...") == "PaddlePaddle"
     assert recommended_candidate("PyTorch and PaddlePaddle tie") == "PyTorch"
+
+
+def test_selection_set_is_well_formed():
+    from pathlib import Path
+
+    from assistant.evaluate.dataset import load_set, parse_case
+
+    gold = load_set(Path(__file__).resolve().parents[1] / "eval/gold_selection.jsonl")
+    assert not gold.problems and len(gold.cases) >= 40
+    assert {c.lang for c in gold.cases} == {"zh", "en"} and {c.split for c in gold.cases} == {"dev", "test"}
+    names = {"PyTorch", "TensorFlow", "PaddlePaddle", "JAX", "PyTorch + DeepSpeed", "PyTorch + Megatron-LM", "Colossal-AI"}
+    assert all(c.kind == "selection" and set(c.accept) <= names for c in gold.cases)
+    with pytest.raises(ValueError, match="accept"):
+        parse_case({"id": "x", "question": "which?", "kind": "selection"})
