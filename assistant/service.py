@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .answer import pipeline
+from .answer import pipeline, selection
+from .answer.citations import CitationChecker
 from .answer.policy import decide, rewrite_followup, strip_injection
 from .answer.prompt import Source, build_messages
 from .documents import DocumentLibrary, Job
@@ -168,6 +169,18 @@ class AssistantService:
             raise failed[0]
         self._loaded = True
 
+    def warm_advisor(self) -> None:
+        """Resolve the Advisor's rubric facts for this index generation now (5-10 s, once per generation), so the
+        first selection question does not wait for it; the server runs this in the background after load()."""
+        from .advisor import load_rubric
+        from .advisor.rubric import resolve_facts
+
+        try:
+            for lang in ("zh", "en"):
+                resolve_facts(self, load_rubric(), lang)
+        except Exception:  # a warm-up only: the first selection question resolves (and reports) it again
+            log.warning("Advisor warm-up failed", exc_info=True)
+
     def index_generation(self) -> str:
         """Names one build of one index: the live generation's directory (absolute), or on a Chroma server
         <url>/<prefix>/<generation>."""
@@ -268,6 +281,12 @@ class AssistantService:
                                      translation=translation)
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
         decision = decide(standalone, hits)
+        user_turns = [m["content"] for m in history if m["role"] == "user"]
+        if not decision.refuse and selection.is_selection(standalone, user_turns, lang):
+            plan = self._selection_plan(question, standalone, user_turns, lang)
+            if plan is not None:
+                yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms)
+                return
         sources = [] if decision.refuse else self.evidence(standalone, hits)
         yield Event("sources", [s.hit for s in sources])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
@@ -282,7 +301,8 @@ class AssistantService:
             with self.queue.turn(ticket) as waited:
                 answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
                 gen = yield from _token_events(pipeline.generate(self.llm, messages, self.pipeline_config, t0))
-            result = pipeline.check(gen.text, standalone, sources, self.pipeline_config, self.embedder, lang)
+            result = pipeline.check(gen.text, standalone, sources, self.pipeline_config, self.embedder, lang,
+                                    user_text="\n".join([*user_turns, question]))
             answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
             ttft_ms = (gen.ttft_s or 0.0) * 1000
         answer.answer, answer.citations, answer.refused = result.text, result.citations, result.refused
@@ -293,6 +313,55 @@ class AssistantService:
             answer.timings["translate_ms"] = round(translate_ms, 1)
             answer.diagnostics["translation"] = translation
         self._remember(answer, decision.reason)
+        yield Event("citations", answer.citations)
+        yield Event("done", answer)
+
+    def _selection_plan(self, question: str, standalone: str, user_turns: list[str],
+                        lang: str) -> selection.SelectionPlan | None:
+        """The Advisor's ranking for the situation of the conversation so far, as a selection answer's parts; None
+        when the Advisor cannot rank (the fact path answers then)."""
+        from .advisor import situation_from_turns
+
+        sc = situation_from_turns([*user_turns, question])
+        sc.lang = lang
+        try:
+            advice = self.advise(sc).to_dict()
+        except (UserError, ValueError, KeyError, IndexError) as exc:  # e.g. no rubric fact resolves in this index
+            log.warning("selection question answered on the fact path: the Advisor failed (%s)", exc)
+            return None
+        plan = selection.plan(advice, self.passage, lang, restrict=selection.compared_candidates(standalone))
+        return plan if plan.sources else None
+
+    def _selection_events(self, plan: selection.SelectionPlan, question: str, standalone: str, user_turns: list[str],
+                          sid: str, ticket: Ticket, t0: float, retrieval_ms: float) -> Iterator[Event]:
+        """A selection answer: the situation and the recommendation stream at once (they come from the Advisor),
+        then the model phrases the deciding reasons from the ranking's cited facts, checked like every answer."""
+        lang = plan.lang
+        answer = Answer(answer="", citations=[], refused=False, language=lang, session_id=sid, question=question,
+                        standalone_question=standalone, sources=[s.hit for s in plan.sources], advice=plan.advice)
+        yield Event("sources", answer.sources)
+        yield Event("token", plan.situation + "\n\n" + plan.lead)
+        ttft_ms = (time.perf_counter() - t0) * 1000
+        raw = ""
+        if plan.reasons:
+            with self.queue.turn(ticket) as waited:
+                answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
+                yield Event("token", " ")
+                gen = yield from _token_events(pipeline.generate(self.llm, selection.messages(plan, standalone),
+                                                                 self.pipeline_config, t0))
+            raw = gen.text
+            answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
+            model_ttft_ms = (gen.ttft_s or 0.0) * 1000
+        else:
+            self.queue.cancel(ticket)
+            model_ttft_ms = 0.0
+        checker = CitationChecker(self.embedder, self.pipeline_config.support_threshold)
+        result = selection.finish(plan, raw, checker, "\n".join([*user_turns, question]))
+        answer.answer, answer.citations, answer.sources = result.text, result.citations, result.sources
+        answer.diagnostics = result.diagnostics
+        answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
+                          "model_ttft_ms": round(model_ttft_ms, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
+        self._remember(answer, "selection")
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 

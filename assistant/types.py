@@ -166,6 +166,8 @@ class Answer:
     # how the citation check went (factual/supported sentence counts, dropped numbers, the raw model text);
     # for the evaluator and debugging, not part of the API contract
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    # the Advisor's full result (Advice.to_dict()) when the question asked which framework to choose, else None
+    advice: dict[str, Any] | None = None
 
     def to_dict(self, with_sources: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -180,6 +182,8 @@ class Answer:
         }
         if self.queue:
             d["queue"] = self.queue
+        if self.advice is not None:
+            d["advice"] = self.advice
         if with_sources:
             d["sources"] = [h.to_dict() for h in self.sources]
         return d

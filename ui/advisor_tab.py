@@ -72,6 +72,17 @@ def run(service: Any, text: str, known: list[str], stage: str, hardware: str, do
 
 
 # ---- rendering -----------------------------------------------------------------------------------
+def advice_footer(advice: dict[str, Any] | None, lang: str) -> str:
+    """The line under a chat answer that came from the Advisor: its ranking, and where the full result is."""
+    if not advice:
+        return ""
+    ranking = " · ".join(f"{r['name']} {r['score']:.2f}" for r in advice["ranking"][:4])
+    if lang == "zh":
+        return f"\n\n*顾问排名：{ranking}。完整的对比表、理由和试用计划见“选型顾问”标签页（或 API 返回的 `advice`）。*"
+    return (f"\n\n*Advisor ranking: {ranking}. The full comparison table, reasons and trial plan are in the Advisor tab "
+            "(and in the API's `advice`).*")
+
+
 def _refs(nums: list[int]) -> str:
     return "".join(f"<a href='#adv-cite-{n}' class='adv-ref'>[{n}]</a>" for n in nums)
 

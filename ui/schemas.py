@@ -189,6 +189,8 @@ class AnswerResponse(BaseModel):
     timings: dict[str, float]
     usage: dict[str, int]
     queue: dict[str, float] | None = None
+    advice: dict[str, Any] | None = Field(None, description="the Advisor's full result (as `advise --json`) when the "
+                                          "question asked which framework to choose")
 
 
 class EmbedderStatusBody(BaseModel):

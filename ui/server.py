@@ -195,6 +195,7 @@ def _load_in_background(app: FastAPI, service: AssistantService) -> threading.Th
         try:
             service.load(warm=True)
             log.info("model and index loaded; ready")
+            service.warm_advisor()  # after ready: the first selection question then finds the facts resolved
         except UserError as exc:
             app.state.load_error = exc
             log.error("start-up failed: %s", exc.en)

@@ -26,6 +26,7 @@ from assistant.errors import UserError
 from assistant.service import AssistantService
 from assistant.types import Answer, Chunk, Citation, Hit
 
+from .advisor_tab import advice_footer
 from .auth import Access
 
 # ---- Advisor tab slot: ui/advisor_tab.py provides build_advisor_tab(service, lang_state) ------------------
@@ -214,7 +215,7 @@ class ChatHandlers:
                     yield history, gr.skip(), gr.skip(), session_id, gr.skip(), gr.skip()
                 elif ev.kind == "done":
                     ans: Answer = ev.data
-                    history[-1]["content"] = link_citations(ans.answer)
+                    history[-1]["content"] = link_citations(ans.answer) + advice_footer(ans.advice, lang)
                     yield (history, sources_html(hits, lang, ans.citations), status_done(ans, lang),
                            ans.session_id, ans.message_id, "")
         except UserError as exc:

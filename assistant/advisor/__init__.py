@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..interfaces import Searcher
+from ..text import split_sentences
 from ..types import Citation
 from .rubric import CandidateScore, Fact, Rubric, load_rubric, resolve_facts, score
 from .scenario import HARDWARE, STAGES, Scenario, merge_situation, parse_free_text, situation_from_turns, to_scenario
@@ -63,6 +64,19 @@ class _Citations:
                                          publisher=c.publisher, date=c.date).to_dict() | {"path": c.source})
         return self.by_chunk[c.id]
 
+    def evidence(self, fact: Fact) -> str:
+        """The sentence of the fact's passage that holds one of its match strings (what the fact rests on)."""
+        text = self.resolved[fact.id].chunk.text
+        for sentence in split_sentences(text) or [text]:
+            if any(m.lower() in sentence.lower() for m in fact.match):
+                return " ".join(sentence.split())
+        return " ".join(text.split())[:300]
+
+    def reason(self, fact: Fact, lang: str) -> dict[str, Any]:
+        """A fact as a cited reason: its claim, the passage number, where it comes from and the sentence it rests on."""
+        return {"text": fact.claim[lang], "citations": [self.cite(fact)], "criterion": fact.criterion,
+                "points": fact.points, "source": fact.source, "evidence": self.evidence(fact)}
+
 
 def advise(service: Searcher, scenario: Scenario | dict[str, Any] | str) -> Advice:
     sc = to_scenario(scenario)
@@ -91,8 +105,7 @@ def _ranking_entry(rubric: Rubric, cs: CandidateScore, cites: _Citations, lang: 
     weighted = [(rubric.weights[c] * f.points, f) for c, fs in cs.facts.items() for f in fs if f.points]
     pros = sorted((w for w in weighted if w[0] > 0), key=lambda w: (-w[0], w[1].id))[:4]
     cons = sorted((w for w in weighted if w[0] < 0), key=lambda w: (w[0], w[1].id))[:2]
-    reasons = [{"text": f.claim[lang], "citations": [cites.cite(f)], "criterion": f.criterion, "points": f.points}
-               for _, f in pros + cons]
+    reasons = [cites.reason(f, lang) for _, f in pros + cons]
     return {"name": cs.name, "score": cs.total, "criteria": dict(cs.criteria), "reasons": reasons, "citations": []}
 
 
@@ -170,7 +183,8 @@ def what_would_change(rubric: Rubric, sc: Scenario, resolved: dict[str, Any], ra
             continue
         seen.add((fld, new.name))
         out.append({"text": _change_text(lang, fld, value, new.name, top.name), "field": fld, "value": value,
-                    "new_top": new.name, "citations": sorted({cites.cite(f) for f in facts})})
+                    "new_top": new.name, "citations": sorted({cites.cite(f) for f in facts}),
+                    "reasons": [cites.reason(f, lang) for f in facts]})
         if len(out) >= limit:
             break
     return out
@@ -233,8 +247,7 @@ def _tie(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: 
         others = {f.id.split(":")[0] for o in tied if o is not cs for _, f in own(o)}
         distinct = sorted((w for w in own(cs) if w[1].id.split(":")[0] not in others), key=lambda w: (-w[0], w[1].id))[:2]
         decides.append({"candidate": cs.name, "score": cs.total,
-                        "choose_if": [{"text": f.claim[lang], "criterion": f.criterion, "citations": [cites.cite(f)]}
-                                      for _, f in distinct]})
+                        "choose_if": [cites.reason(f, lang) for _, f in distinct]})
     names = [cs.name for cs in tied]
     if lang == "zh":
         text = f"{'、'.join(names)} 打平（分差小于 {rubric.tie_epsilon}），决定因素见下。"

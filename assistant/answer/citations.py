@@ -229,7 +229,9 @@ class CitationChecker:
             start += len(ss)
         return support, src_sents
 
-    def check(self, answer: str, sources: list[Source]) -> CheckedAnswer:
+    def check(self, answer: str, sources: list[Source], user_text: str = "") -> CheckedAnswer:
+        """`user_text`: what the user wrote (the question, with earlier turns); a sentence that restates it or
+        describes the user's situation is not a claim any passage can support, and is removed even when cited."""
         valid = {s.n for s in sources}
         by_n = {s.n: (j, s) for j, s in enumerate(sources)}
         raw, subjects = [], []
@@ -252,6 +254,9 @@ class CitationChecker:
                     out_sents.append(text)
                 continue
             result.factual_sentences += 1
+            if restates_user(text, user_text):
+                result.removed_sentences.append(text)
+                continue
             pronoun = starts_with_pronoun(text)
             bar = self.deictic_threshold if pronoun else self.threshold
             if pronoun and not result.supported_sentences:
@@ -333,6 +338,28 @@ QUOTE_LEAD = {
     "zh": "我没能写出资料能够支持的回答，资料中与问题最接近的原文是：",
     "en": "I could not write an answer the documents support, so here is the passage closest to your question:",
 }
+
+
+# a sentence about the user's own situation ("The project stage is early, and the hardware is limited to 64 GPUs.",
+# "你们的团队有 5 个人。"): the question's words, not a passage's claim
+_SITUATION = re.compile(
+    r"^(?:(?:the|your|our) (?:project|team|hardware|stage|budget|situation|use case|requirements?)(?: stage)?\b.{0,40}?"
+    r"\b(?:is|are|has|have|was|includes?|consists?)\b|you (?:are|have) (?:a|an|only|limited|already|\d)|the user\b|"
+    r"(?:你们|您|你)的?(?:团队|项目|公司|硬件|需求|情况)(?:是|有|在|正在|目前|只有|主要|处于)|(?:你们|您)(?:目前|正在|只有|主要|处于)|"
+    r"(?:项目阶段|硬件环境|团队规模|你的情况|您的情况|用户的?情况)(?:是|为|处于|仅|只有))",
+    re.IGNORECASE)
+# a sentence whose every content term is the user's own (at least 4 of them) only echoes the question
+ECHO_MIN_TERMS = 4
+
+
+def restates_user(sentence: str, user_text: str) -> bool:
+    """True when `sentence` restates the user's words or describes the user's situation (not a sourced claim)."""
+    if not user_text:
+        return False
+    if _SITUATION.search(sentence.strip()):
+        return True
+    terms = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii()}
+    return len(terms) >= ECHO_MIN_TERMS and terms <= set(tokenize(user_text))
 
 
 def quoted_answer(src: Source, sentence: str, lang: str) -> tuple[str, Citation]:

@@ -87,10 +87,10 @@ def generate(llm: ChatModel, messages: list[Message], config: PipelineConfig,
 
 
 def check(raw: str, question: str, sources: list[Source], config: PipelineConfig, embedder: Embedder,
-          lang: str) -> Result:
+          lang: str, user_text: str = "") -> Result:
     """Keep the sentences their citations support; when none is, quote the closest evidence sentence (cited),
-    and when there is none, refuse."""
-    checked = CitationChecker(embedder, config.support_threshold).check(raw, sources)
+    and when there is none, refuse. `user_text` (the user's words): sentences that restate it are no claims."""
+    checked = CitationChecker(embedder, config.support_threshold).check(raw, sources, user_text=user_text or question)
     diagnostics: dict[str, Any] = {
         "factual_sentences": checked.factual_sentences, "supported_sentences": checked.supported_sentences,
         "dropped_numbers": checked.dropped_numbers, "removed_sentences": checked.removed_sentences,

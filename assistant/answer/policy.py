@@ -99,15 +99,18 @@ _PRONOUN_EN = re.compile(r"\b(it|its|it's|they|their|them|this framework|that fr
 
 
 def rewrite_followup(question: str, history: list[dict[str, str]]) -> str:
-    """A standalone question: names from the previous user turns replace pronouns (cheap, no model call).
+    """A standalone question: names from the previous user turns replace pronouns (cheap, no model call); after a
+    selection answer, the framework it recommended.
 
     Only runs when there is history; a question that names its own framework is left alone.
     """
     if not history or find_frameworks(question):
         return question
-    prev = [m["content"] for m in history if m["role"] == "user"]
-    names: list[str] = []
-    for text in reversed(prev):
+    from .selection import recommended_in  # after a recommendation, "its" is the recommended framework
+
+    last_answer = next((m["content"] for m in reversed(history) if m["role"] == "assistant"), "")
+    names: list[str] = recommended_in(last_answer)
+    for text in reversed([m["content"] for m in history if m["role"] == "user"] if not names else []):
         names = find_frameworks(text)
         if names:
             break

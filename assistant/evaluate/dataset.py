@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("fact", "recommend", "followup", "out_of_scope")
+KINDS = ("fact", "recommend", "followup", "out_of_scope", "selection")
 
 
 @dataclass
@@ -24,6 +24,8 @@ class EvalCase:
     turns: list[str]
     answer_facts: list[str] = field(default_factory=list)
     source_files: list[str] = field(default_factory=list)
+    accept: list[str] = field(default_factory=list)  # selection cases: the candidates the article's guidance supports
+    split: str = "dev"  # dev (tuning may look at it) | test (held out: reported, never tuned on)
 
     @property
     def question(self) -> str:
@@ -64,8 +66,12 @@ def parse_case(obj: Any) -> EvalCase:
     sources = obj.get("source_files") or []
     if not isinstance(facts, list) or not isinstance(sources, list):
         raise TypeError("'answer_facts' and 'source_files' must be lists")
+    accept = obj.get("accept") or []
+    if not isinstance(accept, list) or (kind == "selection" and not accept):
+        raise ValueError("a selection case needs 'accept': a non-empty list of candidates")
     return EvalCase(id=obj["id"], lang=str(obj.get("lang", "en")), kind=kind, turns=list(turns),
-                    answer_facts=[str(f) for f in facts], source_files=[str(s) for s in sources])
+                    answer_facts=[str(f) for f in facts], source_files=[str(s) for s in sources],
+                    accept=[str(a) for a in accept], split=str(obj.get("split", "dev")))
 
 
 def load_set(path: Path, limit: int | None = None) -> GoldSet:

@@ -17,7 +17,7 @@ _MARK = re.compile(r"[\[【](\d+(?:\s*[,，、]\s*\d+)*)[\]】]")
 
 # Case-level metric keys averaged into the summary (latency percentiles are added separately).
 CASE_METRICS = ("fact_recall", "refusal_accuracy", "hit_at_1", "hit_at_5", "mrr", "citation_validity",
-                "citation_source_hit", "citation_recall", "citation_precision")
+                "citation_source_hit", "citation_recall", "citation_precision", "selection_lead", "selection_pass")
 LATENCY_METRICS = ("ttft_ms_p50", "ttft_ms_p95", "total_ms_p50", "total_ms_p95")
 
 
@@ -131,6 +131,42 @@ def _join(passages: dict[int, str], refs: Sequence[int]) -> str:
     return "\n".join(passages[r] for r in refs)
 
 
+# a candidate named in a recommendation, longest names first ("PyTorch + DeepSpeed" before "PyTorch")
+_CANDIDATES = (("PyTorch + DeepSpeed", r"PyTorch\s*\+\s*DeepSpeed|DeepSpeed"),
+               ("PyTorch + Megatron-LM", r"PyTorch\s*\+\s*Megatron(?:-LM)?|Megatron(?:-LM)?"),
+               ("Colossal-AI", r"Colossal(?:-AI)?"), ("PaddlePaddle", r"PaddlePaddle|飞桨|Paddle"),
+               ("TensorFlow", r"TensorFlow"), ("JAX", r"\bJAX\b"), ("PyTorch", r"PyTorch"))
+
+
+def first_claim(text: str) -> str:
+    """The answer's first sentence that is a claim: a lead-in line ending in a colon (the situation an answer
+    assumes, "For your situation (...):") is skipped."""
+    from ..text import split_sentences  # noqa: PLC0415 (metrics stay import-light for the gate)
+
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[-1] in ":：":
+            continue
+        sents = split_sentences(line)
+        return sents[0] if sents else line
+    return ""
+
+
+def recommended_candidate(sentence: str) -> str | None:
+    """The candidate a sentence names first (the one it recommends, or the first of a tie)."""
+    found = [(m.start(), i, name) for i, (name, pat) in enumerate(_CANDIDATES)
+             for m in [re.search(pat, sentence, re.IGNORECASE)] if m]
+    return min(found)[2] if found else None
+
+
+def selection_lead(text: str, accept: Sequence[str], refused: bool) -> float | None:
+    """1.0 when the answer is not refused, its first claim names an accepted candidate first and cites [n]."""
+    if not accept:
+        return None
+    first = first_claim(text)
+    return float(not refused and recommended_candidate(first) in accept and bool(citation_markers(first)))
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..100); None for no values."""
     xs = sorted(v for v in values if v is not None)
@@ -160,9 +196,9 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Overall metrics plus the same under by_lang and by_kind."""
+    """Overall metrics plus the same under by_lang, by_kind and by_split (dev: tuned on; test: held out)."""
     summary = summarise(rows)
-    for field, key in (("lang", "by_lang"), ("kind", "by_kind")):
+    for field, key in (("lang", "by_lang"), ("kind", "by_kind"), ("split", "by_split")):
         groups: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             groups.setdefault(str(r.get(field)), []).append(r)

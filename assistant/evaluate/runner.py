@@ -71,7 +71,7 @@ def ask_case(service: Answerer, case: EvalCase) -> Answer:
 
 def evaluate_case(service: Answerer, case: EvalCase, entail: Any, set_name: str = "") -> dict[str, Any]:
     """One result row: id, lang, kind, question, answer, citations, refused, metrics, timings."""
-    row: dict[str, Any] = {"id": case.id, "set": set_name, "lang": case.lang, "kind": case.kind,
+    row: dict[str, Any] = {"id": case.id, "set": set_name, "lang": case.lang, "kind": case.kind, "split": case.split,
                            "question": case.question, "turns": case.turns, "answer": "", "citations": [],
                            "refused": False, "metrics": {}, "timings": {}}
     try:
@@ -101,8 +101,11 @@ def score_answer(case: EvalCase, answer: Answer, ranked: list[str], source_paths
         "mrr": M.reciprocal_rank(ranked, case.source_files),
         "citation_validity": None, "citation_source_hit": None,
         "citation_recall": None, "citation_precision": None,
+        "selection_lead": M.selection_lead(answer.answer, case.accept, answer.refused), "selection_pass": None,
     }
     if answer.refused:
+        if case.accept:
+            m["selection_pass"] = 0.0
         return m
     valid = {c.n for c in answer.citations} or set(source_paths)
     m["citation_validity"] = M.citation_validity(answer.answer, valid)
@@ -111,6 +114,8 @@ def score_answer(case: EvalCase, answer: Answer, ranked: list[str], source_paths
     sentences = answer_sentences(answer.answer)
     passages = {i + 1: h.chunk.text[:PASSAGE_CHARS] for i, h in enumerate(answer.sources)}
     m["citation_recall"], m["citation_precision"] = M.alce_citation_scores(sentences, passages, entail)
+    if case.accept:  # the recommendation leads, and every cited reason is supported by its passage
+        m["selection_pass"] = float(bool(m["selection_lead"]) and m["citation_recall"] == 1.0)
     return m
 
 
@@ -119,7 +124,7 @@ def answer_sentences(text: str) -> list[tuple[str, list[int]]]:
     out = []
     for s in split_sentences(text):
         plain, nums = parse_markers(s)
-        if is_factual(plain):
+        if is_factual(plain) and plain.rstrip()[-1:] not in ":：":  # a lead-in ("For your situation (...):") claims nothing
             out.append((plain, nums))
     return out
 

@@ -1,0 +1,310 @@
+"""Selection answers: a question that asks which framework to choose is answered from the Advisor's ranking.
+
+Owns what the chat shows for such a question, given the Advisor's `Advice` (assistant/advisor):
+- the situation the answer assumes, as parsed from the conversation: a lead-in line, never cited (it is the
+  user's own words, not a claim);
+- the first sentence: the recommendation (or a plain tie and what decides it), citing the passage that states
+  the guidance it follows; written here from the Advisor's cited facts, so it streams before the model runs;
+- the deciding reasons: phrased by the model from the ranking's cited facts only (`messages`), then checked like
+  every answer; where none of the model's sentences survives the check, the Advisor's own cited facts are used;
+- what would change the choice (the Advisor's re-run with one field changed), cited.
+Does not decide that a question is a selection (advisor/intent.py), rank (advisor/rubric.py) or check support
+(citations.py); the service sequences the steps.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..advisor.intent import is_selection_question
+from ..advisor.scenario import parse_free_text
+from ..frameworks import find_frameworks
+from ..types import Chunk, Citation, Hit
+from .citations import CitationChecker
+from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
+from .prompt import Source as PromptSource
+
+# a framework named in a question -> the Advisor's candidate it stands for
+CANDIDATE_OF = {"PyTorch": "PyTorch", "TensorFlow": "TensorFlow", "PaddlePaddle": "PaddlePaddle", "JAX": "JAX",
+                "DeepSpeed": "PyTorch + DeepSpeed", "Megatron-LM": "PyTorch + Megatron-LM", "Colossal-AI": "Colossal-AI"}
+_LEAD = {"zh": "推荐 {name}：{claim}", "en": "We recommend {name}: {claim}"}
+_TIE = {"zh": "{names} 在你的情况下打平，取决于：{choices}", "en": "{names} tie for your situation; it depends: {choices}"}
+_CHOOSE = {"zh": "若{claim_lc}，选 {name}", "en": "choose {name} if {claim_lc}"}
+_CHANGE_LEAD = {"zh": "什么会改变这个选择——", "en": "What would change the choice:"}
+_ARTICLE_PREFIX = re.compile(r"^(?:文章[：:]\s*|The article:\s*)")
+# the recommendation line the chat writes (for follow-ups: "and its distributed API?" is about the recommendation)
+RECOMMENDATION_LINE = re.compile(r"^(?:推荐 |We recommend )(?P<names>[^：:]+)[：:]|^(?P<tie>.+?) (?:在你的情况下打平|tie for your situation)",
+                                 re.MULTILINE)
+
+
+@dataclass
+class SelectionPlan:
+    """Everything the selection answer needs before the model runs."""
+
+    lang: str
+    situation: str            # the lead-in line ("For your situation (...):"), not a claim, never cited
+    lead: str                 # the first sentence, with its [n]
+    recommended: list[str]    # candidate names the first sentence recommends (two or more on a tie)
+    reasons: list[tuple[str, int]]  # the Advisor's deciding facts: (claim, passage number)
+    change: tuple[str, list[int], str] | None  # what would change the choice, the passages and the fact behind it
+    sources: list[PromptSource]  # the cited passages, numbered as in the answer
+    citations: dict[int, Citation] = field(default_factory=dict)  # the deterministic sentences' citations
+    advice: dict[str, Any] = field(default_factory=dict)
+
+
+def is_selection(question: str, previous_user_turns: list[str], lang: str | None = None) -> bool:
+    """A selection question, or a follow-up to one that changes the situation ("what if we had TPUs?") without
+    naming a framework or asking a fact."""
+    if is_selection_question(question, lang):
+        return True
+    if not previous_user_turns or not is_selection_question(previous_user_turns[-1]) or find_frameworks(question):
+        return False
+    sc = parse_free_text(question)
+    return bool(sc.hardware or sc.stage or sc.model_scale or sc.team_size or sc.known_frameworks or sc.goals)
+
+
+def compared_candidates(question: str) -> list[str]:
+    """The candidates a comparison question names ("JAX or PyTorch for PDEs?"): the ranking is restricted to them."""
+    names = [CANDIDATE_OF[f] for f in find_frameworks(question) if f in CANDIDATE_OF]
+    return list(dict.fromkeys(names)) if len(set(names)) >= 2 else []
+
+
+def recommended_in(text: str) -> list[str]:
+    """Frameworks a selection answer recommended (its recommendation line), else []."""
+    m = RECOMMENDATION_LINE.search(text)
+    return find_frameworks(m.group(0)) if m else []
+
+
+def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: str,
+         restrict: list[str] | None = None) -> SelectionPlan:
+    """The selection answer's parts from an Advice (as `Advice.to_dict()`); `passage` looks a chunk up by id."""
+    ranking = [r for r in advice["ranking"] if not restrict or r["name"] in restrict] or advice["ranking"]
+    records = {c["n"]: c for c in advice["citations"]}
+    numbers: dict[int, int] = {}  # the Advice's passage number -> the answer's
+    sources: list[PromptSource] = []
+    citations: dict[int, Citation] = {}
+
+    def cite(reason: dict[str, Any]) -> int:
+        old = reason["citations"][0]
+        if old not in numbers:
+            rec = records[old]
+            chunk = passage(rec["chunk_id"])
+            if chunk is None:
+                return 0
+            n = len(sources) + 1
+            numbers[old] = n
+            sources.append(PromptSource(n, Hit(chunk, float(rec.get("support", 0.0)), float(rec.get("support", 0.0))),
+                                        reason["text"]))
+            citations[n] = Citation(n, chunk.id, chunk.title, list(chunk.heading_path), chunk.source, list(chunk.lines),
+                                    reason.get("evidence", "")[:400], float(rec.get("support", 0.0)), True,
+                                    url=chunk.url, licence=chunk.licence, publisher=chunk.publisher, date=chunk.date)
+        return numbers[old]
+
+    epsilon = float(advice.get("margin", {}).get("tie_epsilon", 0.015))
+    top = ranking[0]
+    tied = [r for r in ranking if top["score"] - r["score"] < epsilon][:3]
+    if len(tied) >= 2:
+        lead, recommended = _tie_lead(advice, tied, cite, lang)
+        led = {c["text"] for d in (advice.get("tie") or {}).get("decides", []) for c in d["choose_if"][:1]}
+    else:
+        lead, recommended = _recommend_lead(top, cite, lang)
+        g = _guidance(top["reasons"])
+        led = {g["text"]} if g else set()
+    reasons = []
+    for r in top["reasons"]:
+        if r["points"] > 0 and r["text"] not in led and len(reasons) < 3:
+            n = cite(r)
+            if n:
+                reasons.append((_claim(r["text"]), n))  # the citation shows it is the article; the prefix goes
+    change = None
+    for ch in advice.get("what_would_change", []):
+        if ch.get("new_top") in recommended or not ch.get("reasons"):
+            continue
+        n = cite(ch["reasons"][0])
+        if n:
+            change = (ch["text"], [n], _claim(ch["reasons"][0]["text"]))
+            break
+    return SelectionPlan(lang, situation_line(advice.get("scenario", {}), lang), lead, recommended, reasons, change,
+                         sources, citations, advice)
+
+
+def _claim(text: str) -> str:
+    return _ARTICLE_PREFIX.sub("", text).strip()
+
+
+def _guidance(reasons: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The reason that states the guidance the recommendation follows: the strongest positive one from the article,
+    else the strongest positive one."""
+    pos = [r for r in reasons if r["points"] > 0]
+    article = [r for r in pos if "article" in r.get("source", "")]
+    return (article or pos or [None])[0]
+
+
+def _recommend_lead(top: dict[str, Any], cite: Callable[[dict[str, Any]], int], lang: str) -> tuple[str, list[str]]:
+    g = _guidance(top["reasons"])
+    if g is None:
+        return (f"推荐 {top['name']}。" if lang == "zh" else f"We recommend {top['name']}."), [top["name"]]
+    claim = _claim(g["text"])
+    if "article" in g.get("source", "") and not re.match(r"(?:文章|the article)", claim, re.IGNORECASE):
+        claim = ("文章指出，" + claim) if lang == "zh" else "the article says " + _lower_first(claim)
+    else:
+        claim = _lower_first(claim)
+    n = cite(g)
+    return _end(_LEAD[lang].format(name=top["name"], claim=claim), n), [top["name"]]
+
+
+def _tie_lead(advice: dict[str, Any], tied: list[dict[str, Any]], cite: Callable[[dict[str, Any]], int],
+              lang: str) -> tuple[str, list[str]]:
+    decides = {d["candidate"]: d["choose_if"] for d in (advice.get("tie") or {}).get("decides", [])}
+    parts = []
+    for r in tied:
+        reason = (decides.get(r["name"]) or [_guidance(r["reasons"])])[0]
+        if reason is None:
+            continue
+        n = cite(reason)
+        text = _CHOOSE[lang].format(name=r["name"], claim_lc=_lower_first(_claim(reason["text"]).rstrip("。.")))
+        parts.append(f"{text}[{n}]" if n else text)
+    names = ("、" if lang == "zh" else " and ").join(r["name"] for r in tied)
+    sep = "；" if lang == "zh" else "; "
+    return _TIE[lang].format(names=names, choices=sep.join(parts)) + ("。" if lang == "zh" else "."), [r["name"] for r in tied]
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:] if text[:2].isalpha() and not text[:2].isupper() else text
+
+
+def _end(sentence: str, n: int) -> str:
+    """The sentence with its [n] before the final stop."""
+    sentence = sentence.rstrip()
+    stop = sentence[-1] if sentence[-1:] in "。.!?！？" else ""
+    body = sentence[:-1] if stop else sentence
+    return f"{body}[{n}]" + (stop or "。" if re.search(r"[\u4e00-\u9fff]", body[-3:]) else stop or ".")
+
+
+_STAGE = {"zh": {"research": "研究阶段", "prototype": "原型验证阶段", "production": "生产阶段"},
+          "en": {"research": "research", "prototype": "a prototype", "production": "production"}}
+_HARDWARE = {"zh": {"cpu": "只有 CPU", "tpu": "TPU", "npu": "国产 NPU", "few_gpus": "少量 GPU", "gpu_cluster": "GPU 集群"},
+             "en": {"cpu": "CPU only", "tpu": "TPUs", "npu": "NPUs", "few_gpus": "a few GPUs", "gpu_cluster": "a GPU cluster"}}
+_DOMAIN = {"zh": {"chinese_nlp": "中文 NLP", "nlp": "NLP", "cv": "计算机视觉", "scientific": "科学计算", "rl": "强化学习",
+                  "llm_pretrain": "大模型预训练", "llm_finetune": "大模型微调", "recommendation": "推荐系统"},
+           "en": {"chinese_nlp": "Chinese NLP", "nlp": "NLP", "cv": "computer vision", "scientific": "scientific computing",
+                  "rl": "reinforcement learning", "llm_pretrain": "LLM pre-training", "llm_finetune": "LLM fine-tuning",
+                  "recommendation": "recommender systems"}}
+_ORG = {"zh": {"startup": "初创团队", "lab": "实验室", "enterprise": "企业"}, "en": {"startup": "a start-up", "lab": "a lab",
+                                                                              "enterprise": "an enterprise"}}
+_GOAL = {"zh": {"localisation": "国产化", "mobile": "移动端部署", "server": "线上服务"},
+         "en": {"localisation": "localisation", "mobile": "mobile deployment", "server": "serving"}}
+
+
+def situation_line(sc: dict[str, Any], lang: str) -> str:
+    """The situation the answer assumes, in the user's language: a lead-in, not a claim."""
+    zh = lang == "zh"
+    parts: list[str] = []
+    if sc.get("team_size"):
+        parts.append(f"{sc['team_size']} 人" + ("的" + _ORG["zh"][sc["org"]] if sc.get("org") else "团队") if zh
+                     else f"a team of {sc['team_size']}" + (f" ({_ORG['en'][sc['org']]})" if sc.get("org") else ""))
+    elif sc.get("org"):
+        parts.append(_ORG[lang][sc["org"]])
+    if sc.get("known_frameworks"):
+        known = "、".join(sc["known_frameworks"]) if zh else " and ".join(sc["known_frameworks"])
+        parts.append(f"熟悉 {known}" if zh else f"knows {known}")
+    if sc.get("stage"):
+        parts.append(_STAGE[lang][sc["stage"]])
+    if sc.get("accelerators") and sc.get("hardware") in ("few_gpus", "gpu_cluster"):
+        kind = sc.get("accelerator") or "GPU"
+        n = sc["accelerators"]
+        parts.append(f"{n} 张 {kind}" if zh else f"{n} GPU{'s' if n > 1 else ''}" if kind == "GPU" else f"{n} × {kind}")
+    elif sc.get("hardware"):
+        parts.append(_HARDWARE[lang][sc["hardware"]])
+    if sc.get("params"):
+        parts.append(f"{_scale(sc['params'], zh)}参数的模型" if zh else f"a {_scale(sc['params'], zh)}-parameter model")
+    if sc.get("domain") and sc["domain"] != "general":
+        parts.append(_DOMAIN[lang].get(sc["domain"], sc["domain"]))
+    parts += [_GOAL[lang][g] for g in sc.get("goals", []) if g in _GOAL[lang]]
+    if not parts:
+        return ("按一般情况（没有说明团队、阶段和硬件；补充这些会让推荐更准）：" if zh else
+                "For a general case (no team, stage or hardware was given; adding them sharpens the advice):")
+    return (f"按你描述的情况（{'、'.join(parts)}）：" if zh else f"For your situation ({', '.join(parts)}):")
+
+
+def _scale(params: float, zh: bool) -> str:
+    """7e10 -> "70B" (en) / "700 亿" (zh)."""
+    if zh:
+        return f"{params / 1e8:g} 亿" if params >= 1e8 else f"{params / 1e4:g} 万"
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if params >= size:
+            return f"{params / size:g}{unit}"
+    return f"{params:g}"
+
+
+def messages(p: SelectionPlan, question: str) -> list[dict[str, str]]:
+    """The prompt: the Advisor's cited facts as the only sources; the model writes the reasons."""
+    facts = [PromptSource(n, p.sources[n - 1].hit, claim) for claim, n in p.reasons]
+    body = "\n".join(format_source(s) for s in facts)
+    names = " / ".join(p.recommended)
+    if p.lang == "zh":
+        task = (f"推荐已经写好：{names}。请用 2 到 3 句话说明理由，只使用上面的事实，每句后标注它的 [n]。"
+                "不要复述问题或用户的情况，不要提其他框架。")
+    else:
+        task = (f"The recommendation is already written: {names}. In 2 or 3 short sentences give the reasons, using only "
+                "the facts above, each followed by its [n]. Do not restate the question or the user's situation; "
+                "do not name other frameworks.")
+    parts = [ANSWER_IN[p.lang], f"<sources>\n{body}\n</sources>", f"Question: {defuse_fences(question)}", task,
+             ANSWER_LAST[p.lang]]
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+@dataclass
+class SelectionResult:
+    text: str
+    citations: list[Citation]
+    diagnostics: dict[str, Any]
+    sources: list[Hit]  # the cited passages, in the answer's numbering
+
+
+def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str) -> SelectionResult:
+    """The answer: situation, lead, the model's reasons that the check keeps (the Advisor's facts when none is
+    kept), and what would change the choice; citations renumbered in order of appearance."""
+    checked = checker.check(raw, p.sources, user_text=user_text) if raw.strip() else None
+    kept = checked.text if checked is not None and checked.supported_sentences else ""
+    model_reasons = bool(kept)
+    citations = dict(p.citations)
+    if kept:
+        for c in checked.citations if checked else []:
+            citations[c.n] = c
+        body = kept
+    else:
+        body = " ".join(_end(claim, n) for claim, n in p.reasons) if p.lang == "en" else "".join(
+            _end(claim, n) for claim, n in p.reasons)
+    sep = " " if p.lang == "en" else ""
+    text = p.lead + (sep + body if body else "")
+    if p.change:  # the Advisor's inference as a lead-in, then the cited fact it rests on
+        change_text, nums, fact = p.change
+        text += "\n\n" + _CHANGE_LEAD[p.lang] + sep + change_text.rstrip("。.") + ("：" if p.lang == "zh" else ":") \
+            + "\n" + _end(fact, nums[0])
+    text = p.situation + "\n\n" + text
+    text, cites = _renumber(text, citations)
+    by_chunk = {s.hit.chunk.id: s.hit for s in p.sources}
+    diagnostics = {"selection": {"recommended": p.recommended, "model_reasons": model_reasons,
+                                 "removed_sentences": checked.removed_sentences if checked else []},
+                   "raw_answer": raw, "factual_sentences": checked.factual_sentences if checked else 0,
+                   "supported_sentences": checked.supported_sentences if checked else 0}
+    return SelectionResult(text, cites, diagnostics, [by_chunk[c.chunk_id] for c in cites if c.chunk_id in by_chunk])
+
+
+def _renumber(text: str, citations: dict[int, Citation]) -> tuple[str, list[Citation]]:
+    """Citations numbered 1..N in order of first appearance; only those the text uses."""
+    order: dict[int, int] = {}
+    for m in re.finditer(r"\[(\d+)\]", text):
+        n = int(m.group(1))
+        if n in citations and n not in order:
+            order[n] = len(order) + 1
+    text = re.sub(r"\[(\d+)\]", lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else "", text)
+    out = []
+    for old, new in sorted(order.items(), key=lambda kv: kv[1]):
+        c = citations[old]
+        out.append(Citation(new, c.chunk_id, c.title, c.heading_path, c.source, c.lines, c.snippet, c.support, c.supported,
+                            url=c.url, licence=c.licence, publisher=c.publisher, date=c.date))
+    return text, out

@@ -1,0 +1,151 @@
+"""Selection questions in the chat: answered from the Advisor's ranking (assistant/answer/selection.py).
+
+The three questions of issue 21 run through the real service with the real 0.5B model; the plumbing (fallback to
+the Advisor's own facts, the streamed lead, fact questions untouched) with ScriptedChatModel; the restatement rule
+and the selection metrics as functions.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from assistant.answer.citations import restates_user
+from assistant.answer.selection import compared_candidates, is_selection, recommended_in
+from assistant.evaluate.metrics import first_claim, recommended_candidate, selection_lead
+
+ISSUE_QUESTIONS = [
+    ("How do I train a 70B model on 64 GPUs, which stack should I use?",
+     {"PyTorch + DeepSpeed", "PyTorch + Megatron-LM", "Colossal-AI"}),
+    ("Which framework is best for TPU training?", {"JAX"}),
+    ("我们是一个 5 人的创业团队，主要做 NLP 研究，应该选哪个框架？", {"PyTorch", "PaddlePaddle"}),
+]
+
+
+def _check_selection_answer(ans, accepted: set[str]) -> None:
+    assert not ans.refused and ans.advice is not None
+    lines = [x for x in ans.answer.splitlines() if x.strip()]
+    assert lines[0].rstrip()[-1] in ":：" and not re.search(r"\[\d+\]", lines[0]), lines[0]  # the situation, uncited
+    first = first_claim(ans.answer)
+    assert recommended_candidate(first) in accepted, first
+    assert re.search(r"\[1\]", first), first  # the guidance passage
+    numbers = {int(n) for n in re.findall(r"\[(\d+)\]", ans.answer)}
+    assert numbers == {c.n for c in ans.citations} and numbers == set(range(1, len(numbers) + 1))
+    assert len(ans.sources) == len(ans.citations)
+    assert all(c.chunk_id == h.chunk.id for c, h in zip(ans.citations, ans.sources, strict=True))
+    assert ans.advice["ranking"][0]["name"] in accepted or ans.advice.get("tie")
+
+
+@pytest.mark.parametrize("question,accepted", ISSUE_QUESTIONS, ids=["70b-64gpus", "tpu", "zh-startup-nlp"])
+def test_issue_questions_with_the_real_model(service, question, accepted):
+    ans = service.ask(question)
+    print("\n" + ans.answer, [(c.n, c.source) for c in ans.citations], ans.timings)
+    _check_selection_answer(ans, accepted)
+    assert ans.diagnostics["selection"]["recommended"]
+    # the lead streams before the model runs
+    assert ans.timings["ttft_ms"] <= ans.timings["model_ttft_ms"] or ans.timings["model_ttft_ms"] == 0
+
+
+def test_follow_up_is_about_the_recommendation(service):
+    first = service.ask("Which framework is best for TPU training?")
+    assert recommended_in(first.answer) == ["JAX"]
+    follow = service.ask("And what about its distributed training API?", session_id=first.session_id)
+    print("\n" + follow.standalone_question, "\n" + follow.answer)
+    assert "JAX" in follow.standalone_question
+    assert follow.advice is None  # a fact question about the recommended framework
+    assert any("jax" in h.chunk.source for h in follow.sources)
+    assert "BackupAndRestore" not in follow.answer
+
+
+def test_fact_questions_keep_their_path(scripted_service):
+    svc = scripted_service()
+    try:
+        ans = svc.ask("What does ZeRO stage 2 partition?")
+        assert ans.advice is None and "selection" not in ans.diagnostics
+    finally:
+        svc.close()
+
+
+def test_unsupported_model_reasons_give_way_to_the_advisors_facts(scripted_service):
+    svc = scripted_service(script="Your team is small and the project stage is early [1]. Bananas are yellow [2].")
+    try:
+        events = list(svc.ask_stream("Which framework is best for TPU training?"))
+        tokens = [e.data for e in events if e.kind == "token"]
+        assert "We recommend JAX" in tokens[0]  # the recommendation streams first, before the model's words
+        ans = events[-1].data
+        _check_selection_answer(ans, {"JAX"})
+        assert "Bananas" not in ans.answer and "project stage is early" not in ans.answer
+        assert ans.diagnostics["selection"]["model_reasons"] is False
+        assert ans.to_dict()["advice"]["ranking"][0]["name"] == "JAX"
+    finally:
+        svc.close()
+
+
+def test_comparison_is_restricted_to_the_named_candidates(scripted_service):
+    svc = scripted_service()
+    try:
+        ans = svc.ask("对于科学计算和偏微分方程，JAX 还是 PyTorch 更合适？")
+        assert recommended_candidate(first_claim(ans.answer)) in {"JAX", "PyTorch"}
+    finally:
+        svc.close()
+    assert compared_candidates("JAX or PyTorch for PDEs?") == ["JAX", "PyTorch"]
+    assert compared_candidates("DeepSpeed 和 Megatron-LM 哪个好") == ["PyTorch + DeepSpeed", "PyTorch + Megatron-LM"]
+
+
+def test_situation_follow_up_is_a_selection():
+    prev = ["Which framework should our research lab use?"]
+    assert is_selection("What if we had TPUs instead?", prev)
+    assert is_selection("如果我们有 64 张 A100 呢？", ["我们团队该选哪个框架？"])
+    assert not is_selection("What is its distributed API?", prev)
+    assert not is_selection("What if we had TPUs instead?", ["What is ZeRO?"])
+
+
+@pytest.mark.parametrize("sentence,user,expected", [
+    ("The project stage is early, and the hardware is limited to 64 GPUs.",
+     "How do I train a 70B model on 64 GPUs, which stack should I use?", True),
+    ("你们的团队有 5 个人，主要做 NLP 研究。", "我们是一个 5 人的创业团队，主要做 NLP 研究，应该选哪个框架？", True),
+    ("You have only four GPUs.", "we have 4 GPUs", True),
+    ("ZeRO stage 2 partitions the gradients and the optimizer states.", "What does ZeRO stage 2 partition?", False),
+    ("Yes, DeepSpeed supports ZeRO-Offload to CPU memory.", "Does DeepSpeed support ZeRO-Offload on CPU?", False),
+    ("You need to call init_process_group before training.", "How do I start DDP?", False),
+    ("你需要先调用 jax.distributed.initialize()。", "JAX 多机训练怎么初始化？", False),
+])
+def test_restatements_of_the_user_are_not_claims(sentence, user, expected):
+    assert restates_user(sentence, user) is expected
+
+
+def test_cited_restatement_is_removed(scripted_service):
+    svc = scripted_service(script=lambda msgs: "The project stage is early, and the hardware is limited to 64 GPUs [1]. "
+                           "ZeRO stage 2 partitions gradients and optimizer states across data-parallel processes [1].")
+    try:
+        ans = svc.ask("What does ZeRO stage 2 partition on our 64 GPUs?")
+        assert "project stage" not in ans.answer
+        assert "The project stage is early, and the hardware is limited to 64 GPUs." in ans.diagnostics["removed_sentences"]
+    finally:
+        svc.close()
+
+
+def test_selection_metrics():
+    text = "For your situation (TPUs):\n\nWe recommend JAX: the article says JAX works well with TPUs[1]. More[2]."
+    assert first_claim(text).startswith("We recommend JAX")
+    assert selection_lead(text, ["JAX"], False) == 1.0
+    assert selection_lead(text, ["PyTorch"], False) == 0.0
+    assert selection_lead(text, ["JAX"], True) == 0.0
+    assert selection_lead("We recommend JAX.", ["JAX"], False) == 0.0  # uncited
+    assert recommended_candidate("We recommend PyTorch + DeepSpeed: ...") == "PyTorch + DeepSpeed"
+    assert recommended_candidate("推荐 飞桨：文章指出 PyTorch ...") == "PaddlePaddle"
+    assert recommended_candidate("PyTorch and PaddlePaddle tie") == "PyTorch"
+
+
+def test_selection_set_is_well_formed():
+    from pathlib import Path
+
+    from assistant.evaluate.dataset import load_set, parse_case
+
+    gold = load_set(Path(__file__).resolve().parents[1] / "eval/gold_selection.jsonl")
+    assert not gold.problems and len(gold.cases) >= 40
+    assert {c.lang for c in gold.cases} == {"zh", "en"} and {c.split for c in gold.cases} == {"dev", "test"}
+    names = {"PyTorch", "TensorFlow", "PaddlePaddle", "JAX", "PyTorch + DeepSpeed", "PyTorch + Megatron-LM", "Colossal-AI"}
+    assert all(c.kind == "selection" and set(c.accept) <= names for c in gold.cases)
+    with pytest.raises(ValueError, match="accept"):
+        parse_case({"id": "x", "question": "which?", "kind": "selection"})
