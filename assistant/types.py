@@ -151,6 +151,8 @@ class Answer:
     # how the citation check went (factual/supported sentence counts, dropped numbers, the raw model text);
     # for the evaluator and debugging, not part of the API contract
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False  # the user stopped it: the text written so far (assistant/stopping.py)
+    alternatives: int = 0  # versions of this turn kept, once regenerated (assistant/conversations.py)
 
     def to_dict(self, with_sources: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -165,6 +167,10 @@ class Answer:
         }
         if self.queue:
             d["queue"] = self.queue
+        if self.stopped:
+            d["stopped"] = True
+        if self.alternatives:
+            d["alternatives"] = self.alternatives
         if with_sources:
             d["sources"] = [h.to_dict() for h in self.sources]
         return d

@@ -136,6 +136,7 @@ ERROR_DESCRIPTIONS = {
     400: "The body is not valid JSON (or not UTF-8)",
     401: "An API key is required (keys configured) and none or a wrong one was sent",
     404: "Unknown session, message or passage (or another key's)",
+    409: "The session has no answer yet to regenerate or switch",
     413: "Body, question or description too long",
     422: "Invalid request",
     429: "Rate limit (Retry-After says when to retry)",
@@ -169,6 +170,9 @@ class AnswerResponse(BaseModel):
     timings: dict[str, float]
     usage: dict[str, int]
     queue: dict[str, float] | None = None
+    stopped: bool = Field(default=False, description="The user stopped it: the text written so far, each [n] kept "
+                          "only where the citation check supports it (present only when true)")
+    alternatives: int = Field(default=0, description="Versions of this turn kept, once regenerated or edited")
 
 
 class ReadyStatus(BaseModel):
