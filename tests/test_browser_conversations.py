@@ -85,7 +85,11 @@ def test_stop_regenerate_reload_reopen_and_export(browser, ui_server: ServerProc
     page.reload(wait_until="load")
     page.wait_for_selector("#fa-question textarea", timeout=120_000)
     item = page.locator("#fa-history label", has_text="DeepSpeed")
-    item.first.wait_for(timeout=60_000)
+    try:
+        item.first.wait_for(timeout=60_000)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / "11-history-missing.png"), full_page=True)
+        raise AssertionError(page.locator("#fa-history-col").inner_text()) from None
     assert bubbles(page) == 0
     item.first.click()
     page.wait_for_function("document.querySelectorAll('#fa-chat .message-content').length === 2", timeout=30_000)
@@ -121,5 +125,7 @@ def test_first_visit_follows_the_browsers_language(browser, ui_server: ServerPro
     assert page.locator("#fa-stop").is_hidden() and "Regenerate" in page.locator("#fa-regenerate").inner_text()
     page.locator("#fa-lang").get_by_text("中文").click()  # a choice made here is kept for the next visit
     page.wait_for_function("document.querySelector('#fa-send').innerText.trim() === '发送'", timeout=30_000)
+    time.sleep(1)  # the choice is saved by the radio's input event
     page.reload(wait_until="load")
+    page.wait_for_selector("#fa-send", timeout=120_000)
     page.wait_for_function("document.querySelector('#fa-send').innerText.trim() === '发送'", timeout=60_000)

@@ -24,17 +24,23 @@ from .web import TEXT, ChatHandlers, inert, link_citations
 
 # on load: the browser's id (made once, kept in localStorage) and the interface language (saved choice, else the
 # browser's language on the first visit)
-LOAD_JS = """() => {
+_CLIENT_ID = """(() => {
   let id = localStorage.getItem('fa-client');
   if (!id) {
     id = 'b' + (window.crypto && crypto.randomUUID ? crypto.randomUUID().replace(/-/g, '')
                 : Math.random().toString(16).slice(2) + Date.now().toString(16));
     localStorage.setItem('fa-client', id);
   }
+  return id;
+})()"""
+LOAD_JS = """() => {
+  const id = """ + _CLIENT_ID + """;
   const saved = localStorage.getItem('fa-lang');
   const lang = saved || ((navigator.language || '').toLowerCase().startsWith('zh') ? 'zh' : 'en');
   return [id, lang];
 }"""
+# an answer sent before the page's load event has run still names its browser (the first step of a send)
+CLIENT_JS = "(c) => c || " + _CLIENT_ID
 SAVE_LANG_JS = "(lang) => { localStorage.setItem('fa-lang', lang); return lang; }"
 FOCUS_JS = "() => { const b = document.querySelector('#fa-question textarea'); if (b) b.focus(); }"
 COPY_JS = "(text) => { if (text && navigator.clipboard) navigator.clipboard.writeText(text).catch(() => {}); return text; }"
@@ -45,6 +51,8 @@ CSS = """
 #fa-history .wrap { flex-direction: column; align-items: stretch; max-height: 420px; overflow-y: auto; }
 #fa-history label { width: 100%; }
 @media (max-width: 700px) {
+  #fa-header { flex-wrap: wrap; }
+  #fa-header > div { min-width: 100% !important; }
   #fa-chat-row { flex-direction: column; }
   #fa-chat-row > div { width: 100% !important; min-width: 0 !important; }
   #fa-history .wrap { max-height: 180px; }
@@ -194,8 +202,8 @@ def wire(demo: gr.Blocks, h: ChatHandlers, side: dict[str, Any], ctl: dict[str, 
     client, stop, listing = ctl["client"], ctl["stop"], side["list"]
     list_inputs = [client, side["search"], session_state]
 
-    def show_stop() -> Any:
-        return gr.update(visible=True)
+    def show_stop(client_id: str) -> tuple:
+        return client_id, gr.update(visible=True)
 
     def after_answer(client_id: str, text: str, sid: str, request: gr.Request) -> tuple:
         return (gr.update(visible=False), False, hh.listing(client_id, text, sid, request),
@@ -205,11 +213,11 @@ def wire(demo: gr.Blocks, h: ChatHandlers, side: dict[str, Any], ctl: dict[str, 
     for trigger, fn in ((box.submit, h.respond), (send.click, h.respond),
                         (ctl["regenerate"].click, None)):
         if fn is None:
-            ev = trigger(show_stop, None, stop).then(h.regenerate, [chatbot, session_state, lang_state], outputs,
+            ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS).then(h.regenerate, [chatbot, session_state, lang_state], outputs,
                                                        concurrency_limit=4, concurrency_id="chat")
         else:
-            ev = trigger(show_stop, None, stop).then(fn, respond_inputs, outputs, concurrency_limit=4,
-                                                       concurrency_id="chat")
+            ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS).then(
+                fn, respond_inputs, outputs, concurrency_limit=4, concurrency_id="chat")
         ev.then(after_answer, list_inputs, after_outputs).then(None, None, None, js=FOCUS_JS)
     stop.click(hh.stop, [session_state, lang_state], status, concurrency_limit=None)
 

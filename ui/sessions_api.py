@@ -8,7 +8,6 @@ import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import PlainTextResponse
 from pydantic import ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
@@ -25,6 +24,7 @@ from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import COMMON_ERRORS, AnswerResponse, RequestBody, error_responses, sse_response
 from .streaming import open_answer_stream
 
+TEXT_SCHEMA = {"schema": {"type": "string"}}
 router = APIRouter(prefix="/api", tags=["conversations"], dependencies=[Depends(bearer_scheme)],
                    responses=COMMON_ERRORS)
 ClientId = Field(default=None, pattern=CLIENT_PATTERN, description="The browser (or API client) whose history "
@@ -114,7 +114,9 @@ async def _session(service: Any, session_id: str, owner: str | None) -> dict[str
 
 
 @router.get("/sessions/{session_id}/export", summary="The conversation as Markdown (citations as footnotes) or JSON",
-            response_class=PlainTextResponse, responses=error_responses(404))
+            response_class=Response, responses={200: {"description": "The file (an attachment)", "content": {
+                "text/markdown": TEXT_SCHEMA, "application/json": {"schema": {"type": "object"}}}},
+                **error_responses(404)})
 async def export_session(session_id: str, request: Request, service: ServiceDep, owner: OwnerDep,
                          format: Literal["markdown", "json"] = "markdown",
                          lang: Literal["zh", "en"] | None = None) -> Response:
@@ -123,13 +125,14 @@ async def export_session(session_id: str, request: Request, service: ServiceDep,
     return Response(text, media_type=media, headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
-@router.get("/sessions/{session_id}/messages/{message_id}/markdown", response_class=PlainTextResponse,
+@router.get("/sessions/{session_id}/messages/{message_id}/markdown", response_class=Response,
             summary="One answer with its citations as footnotes (what the copy button copies)",
-            responses=error_responses(404))
+            responses={200: {"description": "Markdown", "content": {"text/markdown": TEXT_SCHEMA}},
+                       **error_responses(404)})
 async def answer_markdown(session_id: str, message_id: str, request: Request, service: ServiceDep,
                           owner: OwnerDep, lang: Literal["zh", "en"] | None = None) -> Response:
     data = await _session(service, session_id, owner)
     text = export.answer_markdown(data, message_id, lang or request_lang(request))
     if text is None:
         raise UserError("not_found", "No such message in this session.", "该会话中没有这条消息。", 404)
-    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
+    return Response(text, media_type="text/markdown; charset=utf-8")

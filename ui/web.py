@@ -272,7 +272,7 @@ def build_ui(service: AssistantService, access: Access | None = None) -> gr.Bloc
         lang_state = gr.State("zh")
         session_state = gr.State("")
         message_state = gr.State("")
-        with gr.Row():
+        with gr.Row(elem_id="fa-header"):
             title = gr.Markdown(t["title"], elem_id="fa-title")
             lang_radio = gr.Radio([("中文", "zh"), ("English", "en")], value="zh", label=t["lang"],
                                   elem_id="fa-lang", scale=0, min_width=220)
