@@ -11,18 +11,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import test_browser
 from httpkit import ServerProcess
 from test_browser import ARGS, ARTIFACTS, CHROMIUM, QUESTION, REPO
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+ui_server = test_browser.ui_server  # the same fixture: the shared real server, skipped without Chromium
 SHOTS = REPO / "docs" / "screenshots"
-
-
-@pytest.fixture(scope="module")
-def ui_server(fast_server: ServerProcess) -> ServerProcess:
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium missing: apt-get install -y chromium fonts-wqy-zenhei")
-    return fast_server
 
 
 @pytest.fixture()

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from httpkit import error_of, free_port, sse_events
+from httpkit import ThreadServer, error_of, sse_events
 
 from assistant.llm.scripted import ScriptedChatModel, quote_sources
 from ui.server import create_app
@@ -52,19 +52,8 @@ class Live:
         self.http = httpx.Client(base_url=url, timeout=60)
 
 
-def serve(svc: Any) -> tuple[Any, threading.Thread, str]:
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(svc, with_ui=False, load=False), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.02)
-    return server, thread, f"http://127.0.0.1:{port}"
+def serve(svc: Any) -> ThreadServer:
+    return ThreadServer(create_app(svc, with_ui=False, load=False)).start()
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +66,9 @@ def live(scripted_service, state: Path) -> Iterator[Live]:
     model = SlowModel(long_answer)
     svc = scripted_service(state_dir=state, rate_limit_per_minute=0)
     svc._llm = model
-    server, thread, url = serve(svc)
-    yield Live(svc, model, url)
-    server.should_exit = True
-    thread.join(10)
+    server = serve(svc)
+    yield Live(svc, model, server.url)
+    server.stop()
     svc.close()
 
 
@@ -257,13 +245,12 @@ def test_history_list_rename_search_delete_and_export(live: Live, scripted_servi
 
     # a restart: a new service and server on the same state directory lists the same conversations
     svc2 = scripted_service(state_dir=state)
-    server, thread, url = serve(svc2)
+    server = serve(svc2)
     try:
-        again = httpx.get(url + "/api/sessions", params={"client": "browser-history-1"}).json()["sessions"]
+        again = httpx.get(server.url + "/api/sessions", params={"client": "browser-history-1"}).json()["sessions"]
         assert [s["id"] for s in again] == [later, mine] and again[1]["title"] == "ZeRO 笔记"
     finally:
-        server.should_exit = True
-        thread.join(10)
+        server.stop()
         svc2.close()
     assert live.http.delete(f"/api/sessions/{later}").status_code == 200
     assert [s["id"] for s in live.http.get("/api/sessions", params={"client": "browser-history-1"}).json()[
@@ -276,7 +263,8 @@ def test_history_list_rename_search_delete_and_export(live: Live, scripted_servi
 def test_stopping_the_real_engine_ends_decoding_at_once(service) -> None:
     """The `fast` 0.5B model: a stop asked after the first tokens ends the stream within a token or two, the
     model is free for the next answer, and the stopped text is stored."""
-    server, thread, url = serve(service)
+    server = serve(service)
+    url = server.url
     try:
         sid = httpx.post(url + "/api/sessions", json={}).json()["session_id"]
         tokens, stopped_at, last_token = 0, 0.0, 0.0
@@ -301,5 +289,4 @@ def test_stopping_the_real_engine_ends_decoding_at_once(service) -> None:
         after = httpx.post(url + "/api/ask", json={"question": "What is JAX good for?"}, timeout=300).json()
         assert after["answer"] and not after.get("stopped")
     finally:
-        server.should_exit = True
-        thread.join(10)
+        server.stop()
