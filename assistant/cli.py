@@ -468,6 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("--json", action="store_true", help="print the rows added per table as JSON")
     dc.set_defaults(func=cmd_db_copy)
 
+    from .sessions_cli import add_parser as add_sessions
+
+    add_sessions(sub)
+
     from .doctor import CHECKS
 
     d = sub.add_parser("doctor", help="check the set-up: ok/warn/fail and what to do, one line each")

@@ -63,6 +63,11 @@ class GenerationQueue:
         with self._cond:
             return len(self._line) - (1 if self._serving is not None else 0)
 
+    def position(self, ticket: Ticket) -> int:
+        """How many requests are ahead of this ticket in line (0: it holds the model, is next, or has left)."""
+        with self._cond:
+            return self._line.index(ticket.number) if ticket.number in self._line else 0
+
     def reserve(self) -> Ticket:
         """Take a place in line now (at arrival), or a 503 UserError when `max_waiting` are already waiting."""
         with self._cond:

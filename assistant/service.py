@@ -8,15 +8,17 @@ assistant/answer/pipeline.py; events are assistant.types.Event.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from . import conversations, stopping
 from .answer import pipeline, selection
 from .answer.citations import CitationChecker
 from .answer.policy import decide, rewrite_followup, strip_injection
@@ -25,13 +27,13 @@ from .documents import DocumentLibrary, Job
 from .embed import Embedder, embedder_for
 from .errors import UserError
 from .filters import Filters
-from .genqueue import GenerationQueue, Ticket
+from .genqueue import Cancelled, GenerationQueue, Ticket
 from .index.identity import EmbedderStatus, compare
 from .index.location import IndexLocation, open_index
 from .lang import detect_language
 from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
-from .sessions import SessionStorage, open_store
+from .sessions import SessionStorage, open_store, unknown_session
 from .settings import Settings, load_settings
 from .text import valid_unicode
 from .translate import QueryTranslator, create_translator
@@ -57,6 +59,7 @@ class AssistantService:
         self.sessions: SessionStorage = open_store(self.settings)  # SQLite, or PostgreSQL for a database_url
         self.queue = GenerationQueue(self.settings.max_queue, self.settings.queue_timeout_s,
                                      self.settings.retry_after_s)
+        self.active = stopping.ActiveAnswers()  # answers being written, by session: what `cancel` stops
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
         self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
         self._loaded = False  # set once load() has finished warming the model
@@ -239,16 +242,12 @@ class AssistantService:
     # ---- answers ------------------------------------------------------------------------------
     def ask(self, question: str, session_id: str | None = None, filters: Filters | Mapping[str, Any] | None = None,
             ticket: Ticket | None = None, *, owner: str | None = None) -> Answer:
-        answer: Answer | None = None
-        for ev in self.ask_stream(question, session_id, filters, ticket, owner=owner):
-            if ev.kind == "done":
-                answer = ev.data
-        assert answer is not None
-        return answer
+        return _final(self.ask_stream(question, session_id, filters, ticket, owner=owner))
 
     def ask_stream(self, question: str, session_id: str | None = None,
                    filters: Filters | Mapping[str, Any] | None = None, ticket: Ticket | None = None, *,
-                   owner: str | None = None) -> Iterator[Event]:
+                   owner: str | None = None, client: str | None = None,
+                   _replace: dict[str, Any] | None = None) -> Iterator[Event]:
         """Events: sources, token..., citations, done (see docs/architecture.md).
 
         `session_id`: None starts a new session owned by `owner`; otherwise it must be one the store issued to
@@ -258,21 +257,33 @@ class AssistantService:
         `ticket`: a place in the generation queue taken when the request arrived (the HTTP routes take it on
         the event loop, in arrival order); without one, the place is taken now. It is given back when the
         answer needs no model or the stream ends early.
+
+        `client`: the browser (or API client) whose history list shows a new session. `cancel(session_id)`
+        stops the answer (assistant/stopping.py): "done" then carries what was written, `stopped` set; a
+        consumer that closes this generator mid-answer stops it too, and what was written is stored.
         """
         t0 = time.perf_counter()
         try:
             question = self._check_text(question, "question")
-            sid = self.sessions.ensure(session_id, owner)
+            sid = self.sessions.ensure(session_id, owner, client)
             ticket = ticket or self.queue.reserve()
-            yield from self._answer_events(question, sid, filters, ticket, t0)
+            with self.active.track(sid, ticket, self.queue) as handle:
+                yield from self._answer_events(question, sid, filters, ticket, t0, handle, _replace)
         finally:
             if ticket is not None:
                 self.queue.cancel(ticket)  # no-op once the turn was used
 
     def _answer_events(self, question: str, sid: str, filters: Filters | Mapping[str, Any] | None,
-                       ticket: Ticket, t0: float) -> Iterator[Event]:
+                       ticket: Ticket, t0: float, handle: stopping.StopHandle,
+                       replace: dict[str, Any] | None) -> Iterator[Event]:
         lang = detect_language(question)
         history = self.sessions.history(sid, self.settings.history_token_budget)
+        if replace is not None:  # a new version of the last turn: the conversation before it
+            history = history[:-2]
+        config = self.pipeline_config
+        if replace is not None:
+            config = dataclasses.replace(config, temperature=conversations.regen_temperature(
+                config.temperature, len(conversations.versions(replace))))
         standalone = rewrite_followup(strip_injection(question) or question, history)
         t_translate = time.perf_counter()
         translation = self.translate(standalone)
@@ -285,7 +296,8 @@ class AssistantService:
         if not decision.refuse and selection.is_selection(standalone, user_turns, lang):
             plan = self._selection_plan(question, standalone, user_turns, lang)
             if plan is not None:
-                yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms)
+                yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms,
+                                                  handle, replace, config)
                 return
         sources = [] if decision.refuse else self.evidence(standalone, hits)
         yield Event("sources", [s.hit for s in sources])
@@ -298,11 +310,27 @@ class AssistantService:
             ttft_ms = retrieval_ms
         else:
             messages = build_messages(standalone, sources, lang)
-            with self.queue.turn(ticket) as waited:
-                answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
-                gen = yield from _token_events(pipeline.generate(self.llm, messages, self.pipeline_config, t0))
-            result = pipeline.check(gen.text, standalone, sources, self.pipeline_config, self.embedder, lang,
-                                    user_text="\n".join([*user_turns, question]))
+            written: list[str] = []
+            try:
+                with self.queue.turn(ticket) as waited:
+                    answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
+                    gen = yield from stopping.stoppable_tokens(pipeline.generate(self.llm, messages, config, t0),
+                                                               handle.event, written, t0)
+            except Cancelled:
+                if not handle.asked:
+                    raise
+                gen = pipeline.Generation("", None, 0, 0)  # stopped before its turn: nothing was written
+            except GeneratorExit:  # the consumer left mid-answer: keep what was written, as a stop would
+                if written:
+                    answer.stopped = True
+                    result = stopping.check_stopped("".join(written), sources, config, self.embedder)
+                    answer.answer, answer.citations, answer.diagnostics = result.text, result.citations, result.diagnostics
+                    self._remember(answer, decision.reason, replace)
+                raise
+            answer.stopped = handle.asked
+            result = (stopping.check_stopped(gen.text, sources, config, self.embedder) if answer.stopped else
+                      pipeline.check(gen.text, standalone, sources, config, self.embedder, lang,
+                                     user_text="\n".join([*user_turns, question])))
             answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
             ttft_ms = (gen.ttft_s or 0.0) * 1000
         answer.answer, answer.citations, answer.refused = result.text, result.citations, result.refused
@@ -312,7 +340,7 @@ class AssistantService:
         if self.settings.translate_queries:
             answer.timings["translate_ms"] = round(translate_ms, 1)
             answer.diagnostics["translation"] = translation
-        self._remember(answer, decision.reason)
+        self._remember(answer, decision.reason, replace)
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 
@@ -333,7 +361,8 @@ class AssistantService:
         return plan if plan.sources else None
 
     def _selection_events(self, plan: selection.SelectionPlan, question: str, standalone: str, user_turns: list[str],
-                          sid: str, ticket: Ticket, t0: float, retrieval_ms: float) -> Iterator[Event]:
+                          sid: str, ticket: Ticket, t0: float, retrieval_ms: float, handle: stopping.StopHandle,
+                          replace: dict[str, Any] | None, config: pipeline.PipelineConfig) -> Iterator[Event]:
         """A selection answer: the situation and the recommendation stream at once (they come from the Advisor),
         then the model phrases the deciding reasons from the ranking's cited facts, checked like every answer."""
         lang = plan.lang
@@ -343,25 +372,41 @@ class AssistantService:
         yield Event("token", plan.situation + "\n\n" + plan.lead)
         ttft_ms = (time.perf_counter() - t0) * 1000
         raw = ""
+        model_ttft_ms = 0.0
+        checker = CitationChecker(self.embedder, config.support_threshold)
+        user_text = "\n".join([*user_turns, question])
         if plan.reasons:
-            with self.queue.turn(ticket) as waited:
-                answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
-                yield Event("token", " ")
-                gen = yield from _token_events(pipeline.generate(self.llm, selection.messages(plan, standalone),
-                                                                 self.pipeline_config, t0))
+            written: list[str] = []
+            try:
+                with self.queue.turn(ticket) as waited:
+                    answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
+                    yield Event("token", " ")
+                    gen = yield from stopping.stoppable_tokens(
+                        pipeline.generate(self.llm, selection.messages(plan, standalone), config, t0),
+                        handle.event, written, t0)
+            except Cancelled:
+                if not handle.asked:
+                    raise
+                gen = pipeline.Generation("", None, 0, 0)  # stopped before its turn: the Advisor's parts stand
+            except GeneratorExit:  # the consumer left mid-answer: keep the recommendation and what was written
+                answer.stopped = True
+                result = selection.finish(plan, "".join(written), checker, user_text, stopped=True)
+                answer.answer, answer.citations, answer.sources = result.text, result.citations, result.sources
+                answer.diagnostics = result.diagnostics
+                self._remember(answer, "selection", replace)
+                raise
+            answer.stopped = handle.asked
             raw = gen.text
             answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
             model_ttft_ms = (gen.ttft_s or 0.0) * 1000
         else:
             self.queue.cancel(ticket)
-            model_ttft_ms = 0.0
-        checker = CitationChecker(self.embedder, self.pipeline_config.support_threshold)
-        result = selection.finish(plan, raw, checker, "\n".join([*user_turns, question]))
+        result = selection.finish(plan, raw, checker, user_text, stopped=answer.stopped)
         answer.answer, answer.citations, answer.sources = result.text, result.citations, result.sources
         answer.diagnostics = result.diagnostics
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
                           "model_ttft_ms": round(model_ttft_ms, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
-        self._remember(answer, "selection")
+        self._remember(answer, "selection", replace)
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 
@@ -376,11 +421,16 @@ class AssistantService:
         hits = self.retriever.search(question, k=self.settings.top_k, translation=self.translate(question))
         return build_messages(question, self.evidence(question, hits, count_tokens), detect_language(question))
 
-    def _remember(self, answer: Answer, reason: str) -> None:
-        answer.message_id = self.sessions.add_turn(
-            answer.session_id, answer.question, answer.answer,
-            {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused, "reason": reason,
-             "standalone_question": answer.standalone_question})
+    def _remember(self, answer: Answer, reason: str, replace: dict[str, Any] | None = None) -> None:
+        extra: dict[str, Any] = {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused, "reason": reason,
+                 "standalone_question": answer.standalone_question, "stopped": answer.stopped}
+        if replace is None:
+            answer.message_id = self.sessions.add_turn(answer.session_id, answer.question, answer.answer, extra)
+            return
+        versioned = conversations.with_new_version(replace, answer.question, answer.answer, extra)
+        self.sessions.replace_turn(answer.session_id, replace["answer_id"], answer.question, answer.answer, versioned)
+        answer.message_id = replace["answer_id"]
+        answer.alternatives = len(versioned["alternatives"])
 
     # ---- sessions and feedback ----------------------------------------------------------------
     # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404
@@ -389,6 +439,55 @@ class AssistantService:
 
     def delete_session(self, session_id: str, *, owner: str | None = None) -> bool:
         return self.sessions.delete(session_id, owner)
+
+    def new_session(self, *, owner: str | None = None, client: str | None = None) -> str:
+        """An empty session (listed once it has a turn): its id lets a client cancel its first answer."""
+        return self.sessions.ensure(None, owner, client)
+
+    def list_sessions(self, text: str = "", limit: int = 50, *, owner: str | None = None,
+                      client: str | None = None) -> list[dict[str, Any]]:
+        """The history list: the owner's (and `client`'s) conversations, newest first, `text` searched."""
+        if len(text) > self.settings.max_question_chars:
+            self._check_text(text, "query")  # the same 413 as a search
+        return self.sessions.list_sessions(owner, client, text, limit)
+
+    def rename_session(self, session_id: str, title: str, *, owner: str | None = None) -> None:
+        if not isinstance(title, str) or not title.strip():
+            raise UserError("empty_title", "The title is empty.", "标题不能为空。", 422)
+        if not self.sessions.rename(session_id, title, owner):
+            raise unknown_session()
+
+    def cancel(self, session_id: str, *, owner: str | None = None) -> bool:
+        """Stop the session's answer in progress (see ask_stream); False when none is being written."""
+        if not self.sessions.exists(session_id, owner):
+            raise unknown_session()
+        return self.active.stop(session_id)
+
+    def regenerate_stream(self, session_id: str, question: str | None = None, ticket: Ticket | None = None, *,
+                          owner: str | None = None) -> Iterator[Event]:
+        """Answer the session's last question again (at a higher temperature), or `question` in its place
+        (the last question edited): the events of ask_stream; the turn keeps its id and its earlier versions
+        (assistant/conversations.py)."""
+        try:
+            if not self.sessions.exists(session_id, owner):
+                raise unknown_session()
+            last = self.sessions.last_turn(session_id)
+            if last is None:
+                raise conversations.nothing_to_regenerate()
+        except BaseException:
+            if ticket is not None:
+                self.queue.cancel(ticket)
+            raise
+        yield from self.ask_stream(last["question"] if question is None else question, session_id, None, ticket,
+                                   owner=owner, _replace=last)
+
+    def regenerate(self, session_id: str, question: str | None = None, ticket: Ticket | None = None, *,
+                   owner: str | None = None) -> Answer:
+        return _final(self.regenerate_stream(session_id, question, ticket, owner=owner))
+
+    def choose_version(self, session_id: str, index: int, *, owner: str | None = None) -> dict[str, Any]:
+        """Show an earlier (or later) version of the last answer again."""
+        return conversations.choose(self.sessions, session_id, index, owner)
 
     def feedback(self, session_id: str, message_id: str, rating: str, comment: str = "", *,
                  owner: str | None = None) -> None:
@@ -491,14 +590,11 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
-def _token_events(pieces: Generator[str, None, pipeline.Generation]) -> Generator[Event, None, pipeline.Generation]:
-    """The model's pieces as "token" events; returns the Generation. Closing it closes the model's stream."""
-    try:
-        while True:
-            try:
-                piece = next(pieces)
-            except StopIteration as done:
-                return done.value
-            yield Event("token", piece)
-    finally:
-        pieces.close()
+def _final(events: Iterator[Event]) -> Answer:
+    """The answer of a stream of answer events (its "done")."""
+    answer: Answer | None = None
+    for ev in events:
+        if ev.kind == "done":
+            answer = ev.data
+    assert answer is not None
+    return answer

@@ -46,6 +46,18 @@ ID_PATTERN = r"^[0-9a-f]{16}([0-9a-f]{16})?$"  # 32 hex digits; 16 in files from
 _ID = re.compile(ID_PATTERN)
 # the owner matches, or the caller is the keyless local user (owner NULL), who sees every session
 _MINE = "(CAST(? AS TEXT) IS NULL OR owner = ?)"
+TITLE_CHARS = 80  # a title (the first question's start, or a rename) is cut to this many characters
+CLIENT_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"  # a browser's id (localStorage) or an API client's name
+_CLIENT = re.compile(CLIENT_PATTERN)
+
+
+def valid_client(value: object) -> bool:
+    return isinstance(value, str) and _CLIENT.match(value) is not None
+
+
+def _like(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere, lower-cased, its wildcards escaped with '!'."""
+    return "%" + text.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
 
 
 def new_id() -> str:
@@ -71,7 +83,7 @@ class SessionStorage(Protocol):
     max_age_days: float
     max_sessions: int
 
-    def ensure(self, session_id: str | None, owner: str | None = None) -> str: ...
+    def ensure(self, session_id: str | None, owner: str | None = None, client: str | None = None) -> str: ...
 
     def exists(self, session_id: str, owner: str | None = None) -> bool: ...
 
@@ -84,6 +96,16 @@ class SessionStorage(Protocol):
     def delete(self, session_id: str, owner: str | None = None) -> bool: ...
 
     def has_message(self, session_id: str, message_id: str, owner: str | None = None) -> bool: ...
+
+    def list_sessions(self, owner: str | None = None, client: str | None = None, text: str = "",
+                      limit: int = 50) -> list[dict[str, Any]]: ...
+
+    def rename(self, session_id: str, title: str, owner: str | None = None) -> bool: ...
+
+    def last_turn(self, session_id: str) -> dict[str, Any] | None: ...
+
+    def replace_turn(self, session_id: str, answer_id: str, question: str, answer: str,
+                     extra: dict[str, Any]) -> None: ...
 
     def add_feedback(self, session_id: str, message_id: str, rating: str, comment: str = "") -> None: ...
 
@@ -136,15 +158,21 @@ def _add_owner(store: SqlSessions, db: Db) -> None:
     store.add_column(db, "sessions", "owner", "TEXT")  # NULL: the keyless local user's
 
 
+def _add_title_client(store: SqlSessions, db: Db) -> None:
+    store.add_column(db, "sessions", "title", "TEXT")  # NULL until the first turn (its question) or a rename
+    store.add_column(db, "sessions", "client", "TEXT")  # the browser (or API client) whose list shows it
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "sessions, messages and feedback", _create_tables),
     Migration(2, "sessions.owner: the owner id of the API key that made the session", _add_owner),
+    Migration(3, "sessions.title and sessions.client: the history list", _add_title_client),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 # the copy's tables, their columns, and the columns that say two rows are one (feedback ids are the store's own)
 COPY_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "sessions": (("id", "created", "updated", "owner"), ("id",)),
+    "sessions": (("id", "created", "updated", "owner", "title", "client"), ("id",)),
     "messages": (("id", "session_id", "role", "content", "extra", "created"), ("id",)),
     "feedback": (("session_id", "message_id", "rating", "comment", "created"),
                  ("session_id", "message_id", "rating", "comment", "created")),
@@ -230,14 +258,15 @@ class SqlSessions:
         return len(doomed)
 
     # ---- sessions and turns -------------------------------------------------------------------
-    def ensure(self, session_id: str | None, owner: str | None = None) -> str:
-        """A new session for `owner` (session_id None), or `session_id` when it exists and is the owner's;
-        anything else is a 404 UserError (a client never chooses an id)."""
+    def ensure(self, session_id: str | None, owner: str | None = None, client: str | None = None) -> str:
+        """A new session for `owner` (session_id None), listed for `client` (a browser id, see valid_client),
+        or `session_id` when it exists and is the owner's; anything else is a 404 UserError (a client never
+        chooses an id)."""
         if session_id is None:
             sid, now = new_id(), time.time()
             with self._write() as db:
-                db.execute("INSERT INTO sessions (id, created, updated, owner) VALUES (?, ?, ?, ?)",
-                           (sid, now, now, owner))
+                db.execute("INSERT INTO sessions (id, created, updated, owner, client) VALUES (?, ?, ?, ?, ?)",
+                           (sid, now, now, owner, client if valid_client(client) else None))
             return sid
         if not self.exists(session_id, owner):
             raise unknown_session()
@@ -259,7 +288,8 @@ class SqlSessions:
             db.execute(insert, (qid, session_id, "user", question, "{}", now))
             db.execute(insert, (mid, session_id, "assistant", answer,
                                 json.dumps(extra or {}, ensure_ascii=False), now + 1e-6))
-            db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (now, session_id))
+            db.execute("UPDATE sessions SET updated = ?, title = COALESCE(title, ?) WHERE id = ?",
+                       (now, " ".join(question.split())[:TITLE_CHARS], session_id))
             self._writes += 1
             due = self._writes % PRUNE_EVERY == 0
         if due:
@@ -286,7 +316,7 @@ class SqlSessions:
         if not valid_id(session_id):
             return None
         with self._read() as db:
-            s = db.execute(f"SELECT id, created, updated FROM sessions WHERE id = ? AND {_MINE}",
+            s = db.execute(f"SELECT id, created, updated, title FROM sessions WHERE id = ? AND {_MINE}",
                            (session_id, owner, owner)).fetchone()
             if not s:
                 return None
@@ -299,7 +329,7 @@ class SqlSessions:
                 (session_id,),
             ).fetchall()
         return {
-            "id": s[0], "created": s[1], "updated": s[2],
+            "id": s[0], "created": s[1], "updated": s[2], "title": s[3] or "",
             "messages": [{"id": m[0], "role": m[1], "content": m[2], **json.loads(m[3]), "created": m[4]} for m in msgs],
             "feedback": [{"message_id": f[0], "rating": f[1], "comment": f[2], "created": f[3]} for f in fb],
         }
@@ -324,6 +354,60 @@ class SqlSessions:
                 "SELECT 1 FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id = ? AND m.session_id = ?"
                 " AND (CAST(? AS TEXT) IS NULL OR s.owner = ?)", (message_id, session_id, owner, owner)
             ).fetchone() is not None
+
+    # ---- the history list --------------------------------------------------------------------
+    def list_sessions(self, owner: str | None = None, client: str | None = None, text: str = "",
+                      limit: int = 50) -> list[dict[str, Any]]:
+        """The owner's sessions that have a turn, newest first: {id, title, created, updated, turns}. `client`
+        (a browser id) keeps that client's only; `text` keeps those whose title or a message contains it
+        (case-insensitive)."""
+        where = [_MINE, "(CAST(? AS TEXT) IS NULL OR client = ?)"]
+        params: list[Any] = [owner, owner, client, client]
+        if text.strip():
+            where.append("(LOWER(COALESCE(title, '')) LIKE ? ESCAPE '!' OR EXISTS (SELECT 1 FROM messages m "
+                         "WHERE m.session_id = sessions.id AND LOWER(m.content) LIKE ? ESCAPE '!'))")
+            params += [_like(text.strip())] * 2
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT id, title, created, updated, (SELECT COUNT(*) FROM messages m WHERE m.session_id = "
+                f"sessions.id AND m.role = 'user') AS turns FROM sessions WHERE {' AND '.join(where)} "
+                "ORDER BY updated DESC, id LIMIT ?", (*params, max(1, min(limit, 500)))).fetchall()
+        return [{"id": r[0], "title": r[1] or "", "created": r[2], "updated": r[3], "turns": int(r[4])}
+                for r in rows if int(r[4]) > 0]
+
+    def rename(self, session_id: str, title: str, owner: str | None = None) -> bool:
+        """Give the owner's session a title (spaces collapsed, cut to TITLE_CHARS); False when not theirs."""
+        if not valid_id(session_id):
+            return False
+        with self._write() as db:
+            return db.execute(f"UPDATE sessions SET title = ? WHERE id = ? AND {_MINE}",
+                              (" ".join(title.split())[:TITLE_CHARS], session_id, owner, owner)).rowcount > 0
+
+    def last_turn(self, session_id: str) -> dict[str, Any] | None:
+        """The session's last question and answer: {question_id, question, answer_id, answer, extra}."""
+        with self._read() as db:
+            rows = db.execute("SELECT id, role, content, extra FROM messages WHERE session_id = ? "
+                              "ORDER BY created DESC LIMIT 2", (session_id,)).fetchall()
+        if len(rows) < 2 or rows[0][1] != "assistant" or rows[1][1] != "user":
+            return None
+        return {"question_id": rows[1][0], "question": rows[1][2], "answer_id": rows[0][0], "answer": rows[0][2],
+                "extra": json.loads(rows[0][3])}
+
+    def replace_turn(self, session_id: str, answer_id: str, question: str, answer: str,
+                     extra: dict[str, Any]) -> None:
+        """Rewrite the answer `answer_id` (content and extra) and the question before it, in one transaction:
+        a regenerated answer or an edited question keeps its place and its id."""
+        with self._write() as db:
+            row = db.execute("SELECT created FROM messages WHERE id = ? AND session_id = ? AND role = 'assistant'",
+                             (answer_id, session_id)).fetchone()
+            if row is None:
+                raise UserError("not_found", "No such message in this session.", "该会话中没有这条消息。", 404)
+            db.execute("UPDATE messages SET content = ?, extra = ? WHERE id = ?",
+                       (answer, json.dumps(extra, ensure_ascii=False), answer_id))
+            db.execute("UPDATE messages SET content = ? WHERE id = (SELECT id FROM messages WHERE session_id = ? "
+                       "AND role = 'user' AND created < ? ORDER BY created DESC LIMIT 1)",
+                       (question, session_id, row[0]))
+            db.execute("UPDATE sessions SET updated = ? WHERE id = ?", (time.time(), session_id))
 
     def add_feedback(self, session_id: str, message_id: str, rating: str, comment: str = "") -> None:
         with self._write() as db:

@@ -168,6 +168,8 @@ class Answer:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     # the Advisor's full result (Advice.to_dict()) when the question asked which framework to choose, else None
     advice: dict[str, Any] | None = None
+    stopped: bool = False  # the user stopped it: the text written so far (assistant/stopping.py)
+    alternatives: int = 0  # versions of this turn kept, once regenerated (assistant/conversations.py)
 
     def to_dict(self, with_sources: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -184,6 +186,10 @@ class Answer:
             d["queue"] = self.queue
         if self.advice is not None:
             d["advice"] = self.advice
+        if self.stopped:
+            d["stopped"] = True
+        if self.alternatives:
+            d["alternatives"] = self.alternatives
         if with_sources:
             d["sources"] = [h.to_dict() for h in self.sources]
         return d

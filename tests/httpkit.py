@@ -92,3 +92,31 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+
+class ThreadServer:
+    """An ASGI app under a real uvicorn server in a thread on a free loopback port (in-process tests that need
+    real HTTP: disconnects, concurrent clients). `start()` waits until it listens; `stop()` ends it."""
+
+    def __init__(self, app: object) -> None:
+        import threading
+
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn-test", daemon=True)
+
+    def start(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from httpkit import error_of, free_port, sse_events
+from httpkit import ThreadServer, error_of, sse_events
 
 from assistant.keys import hash_keys
 from assistant.llm.scripted import ScriptedChatModel, quote_sources
@@ -74,23 +74,13 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    import uvicorn
-
     model = GatedModel()
     svc = make_service(corpus_index, tmp_path_factory.mktemp("state"), model, rate_limit_per_minute=0)
     app = create_app(svc, with_ui=False, load=False)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.02)
-    yield Live(svc, model, app, f"http://127.0.0.1:{port}")
+    server = ThreadServer(app).start()
+    yield Live(svc, model, app, server.url)
     model.gate.set()
-    server.should_exit = True
-    thread.join(10)
+    server.stop()
     svc.close()
 
 

@@ -234,7 +234,7 @@ def _old_postgres(url: str) -> None:
 
 def _check_migrated(make: Factory) -> None:
     store = make()
-    assert store.schema_version() == SCHEMA_VERSION == 2
+    assert store.schema_version() == SCHEMA_VERSION == 3
     old = store.get("0123456789abcdef")
     assert old is not None and old["messages"][0]["content"] == "old"  # the keyless local user still has it
     assert store.get("0123456789abcdef", "owner-a") is None  # no key does
@@ -267,6 +267,57 @@ def test_a_newer_schema_is_refused(make: Factory) -> None:
     with pytest.raises(UserError) as info:
         make()
     assert info.value.code == "schema_too_new" and "升级" in info.value.zh
+
+
+def test_the_history_list_is_newest_first_per_owner_and_client_and_searchable(make: Factory) -> None:
+    store = make()
+    a = store.ensure(None, "owner-a", "browser-aaaa")
+    store.add_turn(a, "  DeepSpeed   的 ZeRO 是什么？" + "长" * 200, "ZeRO 切分优化器状态 [1]。")
+    time.sleep(0.01)
+    b = store.ensure(None, "owner-a", "browser-aaaa")
+    store.add_turn(b, "What is JAX good for?", "Research on TPUs, 100% functional_style [1].")
+    store.add_turn(b, "And PyTorch?", "Eager mode [2].")
+    other_browser = store.ensure(None, "owner-a", "browser-bbbb")
+    store.add_turn(other_browser, "飞桨？", "国产框架。")
+    other_key = store.ensure(None, "owner-b", "browser-aaaa")
+    store.add_turn(other_key, "MindSpore?", "Ascend.")
+    store.ensure(None, "owner-a", "browser-aaaa")  # no turn yet: not listed
+    listed = store.list_sessions("owner-a", "browser-aaaa")
+    assert [s["id"] for s in listed] == [b, a]  # newest first; other browsers, other keys and empty ones left out
+    assert listed[0]["title"] == "What is JAX good for?" and listed[0]["turns"] == 2  # the first question
+    assert listed[1]["title"].startswith("DeepSpeed 的 ZeRO") and len(listed[1]["title"]) == 80
+    assert {s["id"] for s in store.list_sessions("owner-a")} == {a, b, other_browser}
+    assert len(store.list_sessions(None)) == 4  # the keyless local user sees all
+    assert [s["id"] for s in store.list_sessions("owner-a", "browser-aaaa", "eager MODE")] == [b]  # message text
+    assert [s["id"] for s in store.list_sessions("owner-a", text="zero")] == [a]  # title, case-insensitive
+    assert [s["id"] for s in store.list_sessions("owner-a", text="100%")] == [b]  # wildcards are literal
+    assert store.list_sessions("owner-a", text="1_0") == [] and store.list_sessions("owner-a", text="_") != []
+    assert store.list_sessions("owner-a", text="MindSpore") == []  # another key's text is not searched
+    assert store.rename(a, "  ZeRO  notes ", "owner-a") and not store.rename(a, "x", "owner-b")
+    assert store.get(a, "owner-a")["title"] == "ZeRO notes"
+    assert store.list_sessions("owner-a", text="notes")[0]["id"] == a
+    assert not store.rename("zz", "x", "owner-a")
+    assert store.delete(a, "owner-a") and [s["id"] for s in store.list_sessions("owner-a", "browser-aaaa")] == [b]
+
+
+def test_the_last_turn_is_replaced_in_place(make: Factory) -> None:
+    store = make()
+    sid = store.ensure(None, "owner-a")
+    store.add_turn(sid, "first?", "one [1].")
+    mid = store.add_turn(sid, "second?", "two [1].", {"citations": [{"n": 1}]})
+    last = store.last_turn(sid)
+    assert last is not None and last["answer_id"] == mid and last["question"] == "second?"
+    assert last["answer"] == "two [1]." and last["extra"] == {"citations": [{"n": 1}]}
+    store.replace_turn(sid, mid, "second, edited?", "deux [2].", {"alternatives": [{"answer": "two [1]."}]})
+    msgs = store.get(sid, "owner-a")["messages"]
+    assert [m["content"] for m in msgs] == ["first?", "one [1].", "second, edited?", "deux [2]."]
+    assert msgs[-1]["id"] == mid and msgs[-1]["alternatives"] == [{"answer": "two [1]."}]
+    assert store.history(sid, 1000)[-1] == {"role": "assistant", "content": "deux [2]."}
+    with pytest.raises(UserError):
+        store.replace_turn(sid, msgs[0]["id"], "q", "a", {})  # a question is no answer
+    assert store.last_turn(store.ensure(None, "owner-a")) is None
+    reopened = make()
+    assert reopened.last_turn(sid)["question"] == "second, edited?"  # type: ignore[index]
 
 
 # ---- PostgreSQL's own --------------------------------------------------------------------------------------------

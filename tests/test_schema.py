@@ -33,7 +33,7 @@ def config(max_examples: int, answer_examples: int) -> str:
     for check in CHECKS:
         lines += [f"[checks.{check}]", "enabled = true"]
     lines += ["[phases.stateful]", "max-steps = 6", "generation.max-examples = 3",
-              "[[operations]]", 'include-path-regex = "^/(api/ask|v1/chat/completions)$"',
+              "[[operations]]", 'include-path-regex = "^/(api/ask|v1/chat/completions|api/sessions/[^/]+/regenerate)$"',
               f"generation.max-examples = {answer_examples}", 'phases.coverage.generation.mode = "negative"']
     return "\n".join(lines) + "\n"
 

@@ -154,7 +154,7 @@ ERROR_DESCRIPTIONS = {
     400: "The body is not valid JSON (or not UTF-8)",
     401: "An API key is required (keys configured) and none or a wrong one was sent",
     404: "Unknown session, message or passage (or another key's)",
-    409: "A conflict: a duplicate or one upload too many, a document still being added, a build running",
+    409: "A conflict: a duplicate or one upload too many, a document still being added, a build running, or a session with no answer yet to regenerate or switch",
     413: "Body, question, description or upload too long",
     415: "A file type that cannot be uploaded",
     422: "Invalid request",
@@ -189,6 +189,9 @@ class AnswerResponse(BaseModel):
     timings: dict[str, float]
     usage: dict[str, int]
     queue: dict[str, float] | None = None
+    stopped: bool = Field(default=False, description="The user stopped it: the text written so far, each [n] kept "
+                          "only where the citation check supports it (present only when true)")
+    alternatives: int = Field(default=0, description="Versions of this turn kept, once regenerated or edited")
     advice: dict[str, Any] | None = Field(None, description="the Advisor's full result (as `advise --json`) when the "
                                           "question asked which framework to choose")
 

@@ -28,6 +28,7 @@ from assistant.types import Answer, Chunk, Citation, Hit
 
 from .advisor_tab import advice_footer
 from .auth import Access
+from .history_text import EN_EXTRA, ZH_EXTRA
 
 # ---- Advisor tab slot: ui/advisor_tab.py provides build_advisor_tab(service, lang_state) ------------------
 try:
@@ -53,7 +54,9 @@ TEXT: dict[str, dict[str, str]] = {
            "no_sources": "没有检索到相关来源。", "loading": "助手正在加载模型，请稍后重试。",
            "error": "出错了：{m}", "internal": "服务器内部错误，请稍后重试。",
            "fb_saved": "已记录你的反馈，谢谢！", "fb_none": "还没有可以评价的回答。",
-           "lines": "行", "score": "相关度", "cited": "已引用", "lang": "界面语言", "licence": "许可"},
+           "lines": "行", "score": "相关度", "cited": "已引用", "lang": "界面语言", "licence": "许可",
+           "queued": "排队中：前面还有 {n} 个请求…", "stopped": "已停止", "stopped_mark": "\n\n*（已停止）*",
+           "version": " · 第 {n} 版", **ZH_EXTRA},
     "en": {"title": "## Framework Advisor · 框架选型助手\nCited answers about choosing an AI training framework, "
                     "from local documents.",
            "chat_tab": "Chat", "advisor_tab": "Advisor", "question": "Your question",
@@ -65,7 +68,9 @@ TEXT: dict[str, dict[str, str]] = {
            "no_sources": "No relevant sources found.", "loading": "The assistant is still loading its model; "
            "please retry in a moment.", "error": "Error: {m}", "internal": "Internal error; please retry.",
            "fb_saved": "Feedback saved, thank you!", "fb_none": "No answer to rate yet.",
-           "lines": "lines", "score": "score", "cited": "cited", "lang": "Interface language", "licence": "licence"},
+           "lines": "lines", "score": "score", "cited": "cited", "lang": "Interface language", "licence": "licence",
+           "queued": "Waiting in queue: {n} ahead…", "stopped": "Stopped", "stopped_mark": "\n\n*(stopped)*",
+           "version": " · version {n}", **EN_EXTRA},
 }
 
 EXAMPLES = [
@@ -168,8 +173,10 @@ def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = 
 
 
 def status_done(answer: Answer, lang: str) -> str:
-    tm = answer.timings
-    return TEXT[lang]["done"].format(r=tm.get("retrieval_ms", 0), f=tm.get("ttft_ms", 0), t=tm.get("total_ms", 0) / 1000)
+    tm, t = answer.timings, TEXT[lang]
+    done = t["done"].format(r=tm.get("retrieval_ms", 0), f=tm.get("ttft_ms", 0), t=tm.get("total_ms", 0) / 1000)
+    return (t["stopped"] + " · " + done if answer.stopped else done) + (
+        t["version"].format(n=answer.alternatives) if answer.alternatives else "")
 
 
 class ChatHandlers:
@@ -190,32 +197,61 @@ class ChatHandlers:
         return owner
 
     def respond(self, question: str, history: list[dict[str, Any]], session_id: str, lang: str,
-                request: gr.Request | None = None) -> Iterator[tuple]:
-        t = TEXT[lang]
+                client: str = "", editing: bool = False, request: gr.Request | None = None) -> Iterator[tuple]:
+        """Ask `question` in the session (a new one, listed for the browser `client`, when there is none);
+        `editing`: it replaces the last question (service.regenerate_stream), as the edit button asks."""
         history = list(history or [])
         if not (question or "").strip():
             yield history, gr.skip(), gr.skip(), session_id, gr.skip(), gr.skip()
             return
+        editing = bool(editing and session_id and len(history) >= 2)
+        if editing:
+            history = history[:-2]
         history += [{"role": "user", "content": inert(question)}, {"role": "assistant", "content": "…"}]
+        yield from self._answer(history, session_id, lang, request, question, editing, client)
+
+    def regenerate(self, history: list[dict[str, Any]], session_id: str, lang: str,
+                   request: gr.Request | None = None) -> Iterator[tuple]:
+        """The last answer again, as a new version (the earlier ones stay, see ui/history.py's versions)."""
+        history = list(history or [])
+        if not session_id or len(history) < 2:
+            yield history, gr.skip(), TEXT[lang]["fb_none"], session_id, gr.skip(), gr.skip()
+            return
+        history[-1] = {"role": "assistant", "content": "…"}
+        yield from self._answer(history, session_id, lang, request, None, True, "")
+
+    def _answer(self, history: list[dict[str, Any]], session_id: str, lang: str, request: gr.Request | None,
+                question: str | None, replace: bool, client: str) -> Iterator[tuple]:
+        t = TEXT[lang]
         if not self.service.ready():
             history[-1]["content"] = t["loading"]
             yield history, gr.skip(), t["loading"], session_id, gr.skip(), ""
             return
-        yield history, "", t["retrieving"], session_id, "", ""
         hits: list[Hit] = []
         raw = ""
         try:
-            for ev in self.service.ask_stream(question, session_id or None, owner=self.owner(request)):
+            owner = self.owner(request)
+            # the session exists before the answer starts: the stop button names it
+            session_id = session_id or self.service.new_session(owner=owner, client=client or None)
+            yield history, "", t["retrieving"], session_id, "", ""
+            ticket = self.service.queue.reserve()
+            events = (self.service.regenerate_stream(session_id, question, ticket, owner=owner) if replace else
+                      self.service.ask_stream(question or "", session_id, None, ticket, owner=owner))
+            for ev in events:
                 if ev.kind == "sources":
                     hits = ev.data
-                    yield history, sources_html(hits, lang), t["generating"], session_id, "", ""
+                    ahead = self.service.queue.position(ticket)
+                    yield (history, sources_html(hits, lang), t["queued"].format(n=ahead) if ahead else
+                           t["generating"], session_id, "", "")
                 elif ev.kind == "token":
+                    first = not raw
                     raw += ev.data
                     history[-1]["content"] = inert(raw)
-                    yield history, gr.skip(), gr.skip(), session_id, gr.skip(), gr.skip()
+                    yield history, gr.skip(), t["generating"] if first else gr.skip(), session_id, gr.skip(), gr.skip()
                 elif ev.kind == "done":
                     ans: Answer = ev.data
-                    history[-1]["content"] = link_citations(ans.answer) + advice_footer(ans.advice, lang)
+                    history[-1]["content"] = (link_citations(ans.answer) + (t["stopped_mark"] if ans.stopped else "")
+                                              + advice_footer(ans.advice, lang))
                     yield (history, sources_html(hits, lang, ans.citations), status_done(ans, lang),
                            ans.session_id, ans.message_id, "")
         except UserError as exc:
@@ -238,27 +274,33 @@ class ChatHandlers:
 
 
 def build_ui(service: AssistantService, access: Access | None = None) -> gr.Blocks:
+    from . import history  # the conversation controls (it imports this module)
+
     h = ChatHandlers(service, access)
     t = TEXT["zh"]
     with gr.Blocks(title="框架选型助手 · Framework Advisor") as demo:
         lang_state = gr.State("zh")
         session_state = gr.State("")
         message_state = gr.State("")
-        with gr.Row():
+        with gr.Row(elem_id="fa-header"):
             title = gr.Markdown(t["title"], elem_id="fa-title")
             lang_radio = gr.Radio([("中文", "zh"), ("English", "en")], value="zh", label=t["lang"],
                                   elem_id="fa-lang", scale=0, min_width=220)
             if access is not None and access.enabled:
                 gr.HTML('<a href="/logout" id="fa-logout">退出登录 / Sign out</a>', elem_id="fa-logout-box")
         with gr.Tabs():
-            with gr.Tab(t["chat_tab"], id="chat") as chat_tab, gr.Row():
-                with gr.Column(scale=3):
+            with gr.Tab(t["chat_tab"], id="chat") as chat_tab, gr.Row(elem_id="fa-chat-row"):
+                with gr.Column(scale=1, min_width=220, elem_id="fa-history-col"):
+                    side = history.build_sidebar("zh")
+                with gr.Column(scale=3, min_width=320):
                     chatbot = gr.Chatbot(label=t["chatbot"], height=460, elem_id="fa-chat",
                                          feedback_options=None, sanitize_html=True,
                                          allow_tags=False, latex_delimiters=[])
                     status = gr.Markdown(t["ready"], elem_id="fa-status")
                     with gr.Row():
-                        box = gr.Textbox(label=t["question"], placeholder=t["placeholder"], scale=5,
+                        # one line growing to max_lines: Enter sends, Shift+Enter starts a new line (Gradio's rule)
+                        box = gr.Textbox(label=t["question"], placeholder=t["placeholder"], scale=5, lines=1,
+                                         max_lines=8, autofocus=True,
                                          max_length=service.settings.max_question_chars, elem_id="fa-question")
                         send = gr.Button(t["send"], variant="primary", scale=1, elem_id="fa-send")
                     with gr.Row():
@@ -266,8 +308,9 @@ def build_ui(service: AssistantService, access: Access | None = None) -> gr.Bloc
                         up = gr.Button(t["up"], size="sm", elem_id="fa-up")
                         down = gr.Button(t["down"], size="sm", elem_id="fa-down")
                         fb_status = gr.Markdown("", elem_id="fa-feedback")
+                    ctl = history.build_controls("zh")
                     gr.Examples(EXAMPLES, inputs=box, label=f"{TEXT['zh']['examples']} / {TEXT['en']['examples']}")
-                with gr.Column(scale=2):
+                with gr.Column(scale=2, min_width=300):
                     sources_title = gr.Markdown(t["sources"])
                     sources = gr.HTML("", elem_id="fa-sources")
             advisor_tab = None
@@ -282,12 +325,13 @@ def build_ui(service: AssistantService, access: Access | None = None) -> gr.Bloc
                     build_retrieval_tab(service, lang_state)
 
         outputs = [chatbot, sources, status, session_state, message_state, box]
-        inputs = [box, chatbot, session_state, lang_state]
+        inputs = [box, chatbot, session_state, lang_state, ctl["client"], ctl["editing"]]
         # several chats may retrieve at once; the service's generation queue serialises the model itself
-        box.submit(h.respond, inputs, outputs, concurrency_limit=4, concurrency_id="chat")
-        send.click(h.respond, inputs, outputs, concurrency_limit=4, concurrency_id="chat")
-        new_chat.click(lambda lang: ([], "", TEXT[lang]["ready"], "", "", ""), [lang_state],
-                       [chatbot, sources, status, session_state, message_state, fb_status])
+        history.wire(demo, h, side, ctl, respond_inputs=inputs, outputs=outputs, box=box, send=send,
+                     lang_radio=lang_radio, lang_state=lang_state, status=status, chatbot=chatbot, sources=sources,
+                     session_state=session_state, message_state=message_state)
+        new_chat.click(lambda lang: ([], "", TEXT[lang]["ready"], "", "", "", False), [lang_state],
+                       [chatbot, sources, status, session_state, message_state, fb_status, ctl["editing"]])
         def rate_up(s: str, m: str, lang: str, request: gr.Request) -> str:
             return h.rate("up", s, m, lang, request)
 
@@ -314,6 +358,9 @@ def build_ui(service: AssistantService, access: Access | None = None) -> gr.Bloc
 
 def mount_ui(app: FastAPI, service: AssistantService) -> FastAPI:
     theme = gr.themes.Soft(font=["system-ui", "WenQuanYi Zen Hei", "sans-serif"], font_mono=["monospace"])
-    return gr.mount_gradio_app(app, build_ui(service, getattr(app.state, "access", None)), path="/", css=CSS, head=HEAD, theme=theme,
+    from .history import CSS as HISTORY_CSS
+
+    return gr.mount_gradio_app(app, build_ui(service, getattr(app.state, "access", None)), path="/",
+                               css=CSS + HISTORY_CSS, head=HEAD, theme=theme,
                                footer_links=["api"], server_name=service.settings.host,
                                server_port=service.settings.port)

@@ -264,9 +264,11 @@ class SelectionResult:
     sources: list[Hit]  # the cited passages, in the answer's numbering
 
 
-def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str) -> SelectionResult:
+def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
+           stopped: bool = False) -> SelectionResult:
     """The answer: situation, lead, the model's reasons that the check keeps (the Advisor's facts when none is
-    kept), and what would change the choice; citations renumbered in order of appearance."""
+    kept, unless the user stopped the answer: then only what was shown), and what would change the choice (not
+    after a stop); citations renumbered in order of appearance."""
     checked = checker.check(raw, p.sources, user_text=user_text) if raw.strip() else None
     kept = checked.text if checked is not None and checked.supported_sentences else ""
     model_reasons = bool(kept)
@@ -275,12 +277,14 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str)
         for c in checked.citations if checked else []:
             citations[c.n] = c
         body = kept
+    elif stopped:
+        body = ""
     else:
         body = " ".join(_end(claim, n) for claim, n in p.reasons) if p.lang == "en" else "".join(
             _end(claim, n) for claim, n in p.reasons)
     sep = " " if p.lang == "en" else ""
     text = p.lead + (sep + body if body else "")
-    if p.change:  # the Advisor's inference as a lead-in, then the cited fact it rests on
+    if p.change and not stopped:  # the Advisor's inference as a lead-in, then the cited fact it rests on
         change_text, nums, fact = p.change
         text += "\n\n" + _CHANGE_LEAD[p.lang] + sep + change_text.rstrip("。.") + ("：" if p.lang == "zh" else ":") \
             + "\n" + _end(fact, nums[0])

@@ -1,0 +1,126 @@
+"""The chat's conversation controls in a real browser (Debian Chromium via Playwright) against the real server and
+the real 0.5B model: stop an answer while it streams (what was written stays, marked stopped), regenerate it
+(a second version to switch to), reload the page and reopen the conversation from the history list, export it
+as Markdown with its citations as footnotes; the interface follows the browser's language on a first visit.
+Screenshots at 1400 px and 390 px go to docs/screenshots/ (shown in README.md)."""
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Iterator
+
+import pytest
+import test_browser
+from httpkit import ServerProcess
+from test_browser import ARGS, ARTIFACTS, CHROMIUM, QUESTION, REPO
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+ui_server = test_browser.ui_server  # the same fixture: the shared real server, skipped without Chromium
+SHOTS = REPO / "docs" / "screenshots"
+
+
+@pytest.fixture()
+def browser(ui_server: ServerProcess) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, server: ServerProcess, locale: str = "zh-CN", width: int = 1400):  # type: ignore[no-untyped-def]
+    context = browser.new_context(viewport={"width": width, "height": 1000}, locale=locale)
+    page = context.new_page()
+    page.goto(server.base + "/", wait_until="load")
+    page.wait_for_selector("#fa-question textarea", timeout=120_000)
+    return page
+
+
+def bubbles(page) -> int:  # type: ignore[no-untyped-def]
+    return page.evaluate("document.querySelectorAll('#fa-chat .message-content').length")
+
+
+def status_has(page, text: str, timeout: int = 600_000) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function(f"document.querySelector('#fa-status').innerText.includes({text!r})", timeout=timeout)
+
+
+def test_stop_regenerate_reload_reopen_and_export(browser, ui_server: ServerProcess) -> None:
+    page = open_page(browser, ui_server)
+    box = page.locator("#fa-question textarea")
+    box.fill(QUESTION)
+    box.press("Enter")
+    page.locator("#fa-stop").wait_for(state="visible", timeout=60_000)
+    page.wait_for_function(  # the answer is streaming: some text, not finished
+        "(() => { const b = document.querySelectorAll('#fa-chat .message-content');"
+        " return b.length >= 2 && b[b.length - 1].innerText.trim().length > 8; })()", timeout=300_000)
+    assert "完成" not in page.locator("#fa-status").inner_text()
+    page.locator("#fa-stop").click()
+    status_has(page, "已停止", 60_000)
+    last = page.locator("#fa-chat .message-content").last.inner_text()
+    assert "（已停止）" in last and len(last) > 8
+    page.locator("#fa-stop").wait_for(state="hidden", timeout=30_000)
+    assert page.evaluate("document.activeElement === document.querySelector('#fa-question textarea')")
+    page.screenshot(path=str(ARTIFACTS / "10-stopped.png"))
+
+    page.locator("#fa-regenerate").click()
+    status_has(page, "第 2 版")
+    assert "完成" in page.locator("#fa-status").inner_text()
+    assert bubbles(page) == 2  # the turn was answered again, not appended
+    assert "（已停止）" not in page.locator("#fa-chat .message-content").last.inner_text()
+    versions = page.locator("#fa-versions")
+    assert versions.is_visible() and versions.locator("label").count() == 2
+    versions.locator("label").first.click()  # back to the stopped version
+    page.wait_for_function("document.querySelector('#fa-chat').innerText.includes('（已停止）')", timeout=30_000)
+    versions.locator("label").nth(1).click()
+    page.wait_for_function("!document.querySelector('#fa-chat').innerText.includes('（已停止）')", timeout=30_000)
+
+    page.reload(wait_until="load")
+    page.wait_for_selector("#fa-question textarea", timeout=120_000)
+    item = page.locator("#fa-history label", has_text="DeepSpeed")
+    try:
+        item.first.wait_for(timeout=60_000)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / "11-history-missing.png"), full_page=True)
+        raise AssertionError(page.locator("#fa-history-col").inner_text()) from None
+    assert bubbles(page) == 0
+    item.first.click()
+    page.wait_for_function("document.querySelectorAll('#fa-chat .message-content').length === 2", timeout=30_000)
+    assert "ZeRO" in page.locator("#fa-chat").inner_text()
+    page.locator("#fa-history-search textarea, #fa-history-search input").first.fill("没有这段文字的对话")
+    page.wait_for_function("document.querySelectorAll('#fa-history label').length === 0", timeout=30_000)
+    page.locator("#fa-history-search textarea, #fa-history-search input").first.fill("ZeRO")
+    item.first.wait_for(timeout=30_000)
+
+    page.locator("#fa-export").click()
+    link = page.locator("#fa-export-file a").first
+    link.wait_for(timeout=30_000)
+    md = page.request.get(link.get_attribute("href") or "").text()
+    assert md.startswith("# DeepSpeed") and f"**问:** {QUESTION}" in md
+    notes = re.findall(r"^\[\^(\d+)\]: .*`corpus/[^`]+`, 行 \d+–\d+", md, re.MULTILINE)
+    assert notes and "[^1]" in md.split("---")[0], md
+    page.screenshot(path=str(ARTIFACTS / "11-conversation-1400.png"), full_page=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ARTIFACTS / "11-conversation-1400.png", SHOTS / "chat-1400.png")
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    time.sleep(1)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 400, width  # nothing wider than the phone: no sideways scrolling
+    assert page.locator("#fa-question textarea").is_visible() and page.locator("#fa-send").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "12-conversation-390.png"), full_page=True)
+    shutil.copy(ARTIFACTS / "12-conversation-390.png", SHOTS / "chat-390.png")
+
+
+def test_first_visit_follows_the_browsers_language(browser, ui_server: ServerProcess) -> None:
+    page = open_page(browser, ui_server, locale="en-US")
+    page.wait_for_function("document.querySelector('#fa-send').innerText.trim() === 'Send'", timeout=30_000)
+    assert page.locator("#fa-stop").is_hidden() and "Regenerate" in page.locator("#fa-regenerate").inner_text()
+    page.locator("#fa-lang").get_by_text("中文").click()  # a choice made here is kept for the next visit
+    page.wait_for_function("document.querySelector('#fa-send').innerText.trim() === '发送'", timeout=30_000)
+    time.sleep(1)  # the choice is saved by the radio's input event
+    page.reload(wait_until="load")
+    page.wait_for_selector("#fa-send", timeout=120_000)
+    page.wait_for_function("document.querySelector('#fa-send').innerText.trim() === '发送'", timeout=60_000)
