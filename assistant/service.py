@@ -30,7 +30,7 @@ from .sessions import SessionStorage, open_store
 from .settings import Settings, load_settings
 from .text import valid_unicode
 from .translate import QueryTranslator, create_translator
-from .types import Answer, Chunk, Event, Hit
+from .types import Answer, AnswerTrace, Chunk, Event, Hit
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +222,7 @@ class AssistantService:
         yield Event("sources", [s.hit for s in sources])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
                         question=question, standalone_question=standalone, sources=[s.hit for s in sources])
+        draft = ""  # the model's text before the check
         if decision.refuse:
             self.queue.cancel(ticket)
             result = pipeline.refused(decision.reason, lang)
@@ -232,11 +233,15 @@ class AssistantService:
             with self.queue.turn(ticket) as waited:
                 answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
                 gen = yield from _token_events(pipeline.generate(self.llm, messages, self.pipeline_config, t0))
-            result = pipeline.check(gen.text, standalone, sources, self.pipeline_config, self.embedder, lang)
+            draft = gen.text
+            result = pipeline.check(draft, standalone, sources, self.pipeline_config, self.embedder, lang)
             answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
             ttft_ms = (gen.ttft_s or 0.0) * 1000
         answer.answer, answer.citations, answer.refused = result.text, result.citations, result.refused
         answer.diagnostics = result.diagnostics
+        answer.trace = AnswerTrace(retrieved=hits, evidence=[s.text for s in sources],
+                                   draft=draft, final=result.text,
+                                   refused_before_generation=decision.refuse)
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
                           "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
         if self.settings.translate_queries:

@@ -131,6 +131,19 @@ class Citation:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class AnswerTrace:
+    """What each step of one answer handed to the next, for the evaluator's fact-loss table
+    (assistant/evaluate/factloss.py): references to values the pipeline computed anyway, so recording it costs
+    nothing. Not part of the API contract and never serialised by the adapters."""
+
+    retrieved: list[Hit]  # every passage the retriever returned, before the evidence selection
+    evidence: list[str]  # the evidence text of each source the model was shown (empty when refused)
+    draft: str  # the model's text before the citation check ("" when refused before generation)
+    final: str  # the answer's text after the check (a quote or a refusal included)
+    refused_before_generation: bool = False  # policy.decide refused on the retrieved passages
+
+
 @dataclass
 class Answer:
     """What every adapter returns for one question."""
@@ -151,6 +164,7 @@ class Answer:
     # how the citation check went (factual/supported sentence counts, dropped numbers, the raw model text);
     # for the evaluator and debugging, not part of the API contract
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    trace: AnswerTrace | None = None  # for the evaluator (see AnswerTrace); None when the answerer kept none
 
     def to_dict(self, with_sources: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
