@@ -37,7 +37,7 @@ from .sessions import SessionStorage, open_store, unknown_session
 from .settings import Settings, load_settings
 from .text import valid_unicode
 from .translate import QueryTranslator, create_translator
-from .types import UPLOADS_FOLDER, Answer, Chunk, Event, Hit, source_kind
+from .types import UPLOADS_FOLDER, Answer, AnswerTrace, Chunk, Event, Hit, source_kind
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,7 @@ class AssistantService:
         yield Event("sources", [s.hit for s in sources])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
                         question=question, standalone_question=standalone, sources=[s.hit for s in sources])
+        draft = ""  # the model's text before the check
         if decision.refuse:
             self.queue.cancel(ticket)
             result = pipeline.refused(decision.reason, lang)
@@ -328,6 +329,7 @@ class AssistantService:
                     self._remember(answer, decision.reason, replace)
                 raise
             answer.stopped = handle.asked
+            draft = gen.text
             result = (stopping.check_stopped(gen.text, sources, config, self.embedder) if answer.stopped else
                       pipeline.check(gen.text, standalone, sources, config, self.embedder, lang,
                                      user_text="\n".join([*user_turns, question])))
@@ -335,6 +337,9 @@ class AssistantService:
             ttft_ms = (gen.ttft_s or 0.0) * 1000
         answer.answer, answer.citations, answer.refused = result.text, result.citations, result.refused
         answer.diagnostics = result.diagnostics
+        answer.trace = AnswerTrace(retrieved=hits, evidence=[s.text for s in sources],
+                                   draft=draft, final=result.text,
+                                   refused_before_generation=decision.refuse)
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
                           "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
         if self.settings.translate_queries:

@@ -146,6 +146,19 @@ class Citation:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class AnswerTrace:
+    """What each step of one answer handed to the next, for the evaluator's fact-loss table
+    (assistant/evaluate/factloss.py): references to values the pipeline computed anyway, so recording it costs
+    nothing. Not part of the API contract and never serialised by the adapters."""
+
+    retrieved: list[Hit]  # every passage the retriever returned, before the evidence selection
+    evidence: list[str]  # the evidence text of each source the model was shown (empty when refused)
+    draft: str  # the model's text before the citation check ("" when refused before generation)
+    final: str  # the answer's text after the check (a quote or a refusal included)
+    refused_before_generation: bool = False  # policy.decide refused on the retrieved passages
+
+
 @dataclass
 class Answer:
     """What every adapter returns for one question."""
@@ -170,6 +183,7 @@ class Answer:
     advice: dict[str, Any] | None = None
     stopped: bool = False  # the user stopped it: the text written so far (assistant/stopping.py)
     alternatives: int = 0  # versions of this turn kept, once regenerated (assistant/conversations.py)
+    trace: AnswerTrace | None = None  # for the evaluator (see AnswerTrace); None when the answerer kept none
 
     def to_dict(self, with_sources: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {

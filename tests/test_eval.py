@@ -10,10 +10,12 @@ import pytest
 
 from assistant.evaluate import metrics as M
 from assistant.evaluate.dataset import load_set
+from assistant.evaluate.factloss import STAGES, classify, fact_stage, loss_delta, loss_table
 from assistant.evaluate.gate import check
 from assistant.evaluate.gate import main as gate_main
 from assistant.evaluate.judge import parse_verdict
 from assistant.evaluate.report import write_report
+from assistant.types import AnswerTrace, Chunk, Hit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,6 +109,55 @@ def test_parse_verdict() -> None:
     assert parse_verdict("maybe") is None
 
 
+# ---- where facts are lost -----------------------------------------------------------------------
+def _hit(text: str) -> Hit:
+    return Hit(Chunk(id=text[:8], text=text, source="corpus/notes/x.md", title="T", heading_path=("T",),
+                     language="en", frameworks=(), lines=(1, 2)), 0.5, 0.5)
+
+
+def test_fact_stage_reaches_every_stage() -> None:
+    retrieved = [_hit("ZeRO stage 1 partitions the optimizer states. Stage 2 adds gradients."),
+                 _hit("DeepSpeed is a library by Microsoft. It has ZeRO-Offload.")]
+    trace = AnswerTrace(retrieved=retrieved,
+                        evidence=["ZeRO stage 1 partitions the optimizer states.", "DeepSpeed is a library by Microsoft."],
+                        draft="Stage 1 partitions optimizer states [1]. DeepSpeed comes from Microsoft [2].",
+                        final="Stage 1 partitions optimizer states [1].")
+    assert fact_stage("optimizer state|优化器状态", trace) == "kept"
+    assert fact_stage("ＯＰＴＩＭＩＺＥＲ STATES", trace) == "kept"  # the fact recall's matcher: NFKC, case
+    assert fact_stage("pipeline parallelism|流水线", trace) == "not_retrieved"
+    assert fact_stage("gradients", trace) == "cut_by_evidence"  # in a retrieved passage, not in the evidence
+    assert fact_stage("ZeRO-Offload|zero offload", trace) == "cut_by_evidence"
+    assert fact_stage("library", trace) == "not_written"
+    assert fact_stage("Microsoft", trace) == "removed_by_check"
+    refused = AnswerTrace(retrieved=retrieved, evidence=[], draft="", final="Sorry, ...",
+                          refused_before_generation=True)
+    assert fact_stage("gradients", refused) == "refused"
+    assert fact_stage("TPU", refused) == "not_retrieved"  # the earlier stage wins
+    assert fact_stage("anything", None) == "error"
+    # a fact the model wrote from the question (not from the evidence) and the check kept: kept, not lost
+    assert fact_stage("Colossal-AI", AnswerTrace([], [], "Colossal-AI [1].", "Colossal-AI [1].")) == "kept"
+
+
+def test_loss_table_counts_add_up_and_kept_is_the_fact_recall() -> None:
+    trace = AnswerTrace([_hit("JAX has jit and grad and vmap.")], ["JAX has jit and grad."], "jit and grad [1].",
+                        "It has jit [1].")
+    facts = ["jit", "grad", "vmap", "pmap"]
+    rows = [{"kind": "fact", "lang": "en", "fact_loss": classify(facts, trace)},
+            {"kind": "followup", "lang": "zh", "fact_loss": classify(["jit"], None)},
+            {"kind": "out_of_scope", "lang": "en", "fact_loss": classify([], trace)}]
+    assert [f["stage"] for f in rows[0]["fact_loss"]] == ["kept", "removed_by_check", "cut_by_evidence",
+                                                          "not_retrieved"]
+    table = loss_table(rows)
+    assert table["facts"] == 5 == sum(table[s] for s in STAGES)
+    assert table["kept"] / 4 == M.fact_recall(facts, trace.final)
+    assert table["error"] == 1 and set(table["by_kind"]) == {"fact", "followup"}  # a case without facts: no group
+    assert table["by_lang"]["en"]["facts"] == 4 and table["by_lang"]["zh"] == {"facts": 1, **dict.fromkeys(STAGES, 0),
+                                                                                "error": 1}
+    base = {**table, "kept": 0, "not_retrieved": 2}
+    assert loss_delta(table, base)["kept"] == 1 and loss_delta(table, base)["not_retrieved"] == -1
+    assert loss_delta(table, {})["facts"] == 5  # a baseline from before the table: everything counts as new
+
+
 # ---- dataset -------------------------------------------------------------------------------------
 def test_dataset_skips_a_malformed_line_with_its_number(tmp_path: Path) -> None:
     p = tmp_path / "set.jsonl"
@@ -165,8 +216,13 @@ def test_report_is_self_contained_with_baseline_deltas(tmp_path: Path) -> None:
              "metrics": {"fact_recall": 0.0, "refusal_accuracy": 1.0}}]
     summary = {**M.aggregate(rows), "sets": ["s.jsonl"]}
     out = tmp_path / "report.html"
-    write_report(out, rows, summary, baseline={**summary, "fact_recall": 0.5})
+    rows[0]["fact_loss"] = [{"fact": "Megatron", "stage": "not_written"}]
+    summary["fact_loss"] = loss_table(rows)
+    base_loss = {**summary["fact_loss"], "not_written": 0, "kept": 1}
+    write_report(out, rows, summary, baseline={**summary, "fact_recall": 0.5, "fact_loss": base_loss})
     page = out.read_text(encoding="utf-8")
+    assert "Where key facts are lost" in page and "lost: Megatron: not_written" in page
+    assert "<th>not_written</th><td>0</td><td>1</td><td class='down'>+1</td>" in page
     assert page.count("data:image/png;base64,") == 3 and "&lt;b&gt;a&lt;/b&gt;" in page
     assert "Difference from the baseline" in page and "-0.500" in page
     assert "src='http" not in page and "<script" not in page
@@ -193,3 +249,41 @@ def test_small_real_run_writes_the_three_files(service, tmp_path: Path) -> None:
     assert fact["metrics"]["hit_at_5"] == 1.0  # the article is in the corpus index
     assert set(M.CASE_METRICS) | set(M.LATENCY_METRICS) <= set(summary)
     assert json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))["n"] == 2
+
+
+def test_eval_run_reports_the_loss_table(scripted_service, tmp_path: Path) -> None:
+    """A real run (real index, embedder, pipeline and check) with the scripted model, which copies each source's
+    first sentence: summary.json and report.html carry the loss table, and its counts add up to the facts."""
+    from assistant.evaluate import run_eval
+
+    wanted = {"fact-zh-06", "fact-en-13", "fu-zh-01", "oos-en-02"}
+    lines = [ln for ln in (REPO / "eval" / "smoke.jsonl").read_text(encoding="utf-8").splitlines()
+             if json.loads(ln)["id"] in wanted]
+    gold = tmp_path / "mini.jsonl"
+    gold.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    svc = scripted_service()
+    try:
+        answer = svc.ask("What does ZeRO stage 1 partition?")
+        assert answer.trace is not None and answer.trace.final == answer.answer
+        assert answer.trace.draft == answer.diagnostics["raw_answer"] and len(answer.trace.retrieved) == 5
+        assert [h.chunk.id for h in answer.sources] == [h.chunk.id for h in answer.trace.retrieved][:len(answer.sources)]
+        assert "trace" not in answer.to_dict(with_sources=True)  # not part of the API
+        run_eval(svc, [gold], tmp_path / "a", progress=False, judge="support")
+        summary = run_eval(svc, [gold], tmp_path / "b", progress=False, judge="support", baseline=tmp_path / "a")
+    finally:
+        svc.close()
+    on_disk = json.loads((tmp_path / "b" / "summary.json").read_text(encoding="utf-8"))
+    loss = on_disk["fact_loss"]
+    assert loss == summary["fact_loss"]
+    n_facts = sum(len(json.loads(ln)["answer_facts"]) for ln in lines)
+    assert n_facts == 6 and loss["facts"] == n_facts == sum(loss[s] for s in STAGES)
+    assert sum(t["facts"] for t in loss["by_kind"].values()) == n_facts == sum(t["facts"] for t in loss["by_lang"].values())
+    rows = [json.loads(x) for x in (tmp_path / "b" / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    for r in rows:  # per case: one stage per fact, and the kept ones are exactly the facts the recall counts
+        assert [f["fact"] for f in r["fact_loss"]] == next(json.loads(ln)["answer_facts"] for ln in lines
+                                                           if json.loads(ln)["id"] == r["id"])
+        kept = sum(f["stage"] == "kept" for f in r["fact_loss"])
+        if r["fact_loss"]:
+            assert kept == pytest.approx(r["metrics"]["fact_recall"] * len(r["fact_loss"]))
+    page = (tmp_path / "b" / "report.html").read_text(encoding="utf-8")
+    assert "Where key facts are lost" in page and "Where key facts are lost: difference" in page

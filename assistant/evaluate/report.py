@@ -1,7 +1,8 @@
 """report.html: one self-contained page (matplotlib PNGs embedded as base64, no external files).
 
-Owns: the charts (metrics per language, per kind, latency distribution), the summary table, the worst
-cases with their answers, and the metric deltas against a baseline summary. Does not compute metrics.
+Owns: the charts (metrics per language, per kind, latency distribution), the summary table, the fact-loss
+table, the worst cases with their answers (and where their facts were lost), and the metric and loss-table
+deltas against a baseline summary. Does not compute metrics.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from .factloss import STAGES, loss_delta
 from .metrics import CASE_METRICS, LATENCY_METRICS
 
 SHOWN = ("fact_recall", "refusal_accuracy", "hit_at_1", "hit_at_5", "mrr", "citation_validity",
@@ -106,16 +108,40 @@ def delta_table(summary: dict[str, Any], base: dict[str, Any]) -> str:
     return "<table><tr><th>metric</th><th>baseline</th><th>this run</th><th>delta</th></tr>" + "".join(rows) + "</table>"
 
 
+def loss_table_html(loss: dict[str, Any]) -> str:
+    """Key facts per stage where they were lost: all facts, then per kind and per language."""
+    groups = {"all": loss, **{f"kind={k}": v for k, v in loss.get("by_kind", {}).items()},
+              **{f"lang={k}": v for k, v in loss.get("by_lang", {}).items()}}
+    keys = ("facts",) + STAGES
+    head = "".join(f"<th>{k}</th>" for k in keys)
+    body = "".join(f"<tr><th>{html.escape(g)}</th>" + "".join(f"<td>{t.get(k, 0)}</td>" for k in keys) + "</tr>"
+                   for g, t in groups.items())
+    return f"<table><tr><th></th>{head}</tr>{body}</table>"
+
+
+def loss_delta_html(loss: dict[str, Any], base: dict[str, Any]) -> str:
+    """Facts per stage, baseline and this run; fewer losses (more kept) is green."""
+    d = loss_delta(loss, base)
+    rows = []
+    for k in ("facts",) + STAGES:
+        better = d[k] != 0 and k != "facts" and ((d[k] > 0) == (k == "kept"))
+        cls = "" if not d[k] or k == "facts" else (" class='up'" if better else " class='down'")
+        rows.append(f"<tr><th>{k}</th><td>{base.get(k, 0)}</td><td>{loss.get(k, 0)}</td>"
+                    f"<td{cls}>{'+' if d[k] > 0 else ''}{d[k]}</td></tr>")
+    return "<table><tr><th>stage</th><th>baseline</th><th>this run</th><th>delta</th></tr>" + "".join(rows) + "</table>"
+
+
 def worst_cases(rows: list[dict[str, Any]], n: int = 10) -> str:
     out = []
     for r in sorted(rows, key=case_score)[:n]:
         m = {k: v for k, v in r.get("metrics", {}).items() if v is not None}
         metrics = ", ".join(f"{k}={_fmt(float(v))}" for k, v in m.items())
         turns = " → ".join(r.get("turns") or [r.get("question", "")])
+        lost = "; ".join(f"{f['fact']}: {f['stage']}" for f in r.get("fact_loss") or [] if f["stage"] != "kept")
         out.append(f"<div class='case'><b>{html.escape(r['id'])}</b> ({r['lang']}, {r['kind']}"
                    f"{', refused' if r.get('refused') else ''}) <i>{html.escape(metrics)}</i>"
                    f"<p class='q'>Q: {html.escape(turns)}</p><p>A: {html.escape(r.get('answer') or r.get('error', ''))}</p>"
-                   "</div>")
+                   + (f"<p class='q'>lost: {html.escape(lost)}</p>" if lost else "") + "</div>")
     return "".join(out)
 
 
@@ -130,8 +156,15 @@ def write_report(path: Path, rows: list[dict[str, Any]], summary: dict[str, Any]
     parts = [(f"<!doctype html><html><head><meta charset='utf-8'><title>Evaluation report</title><style>{CSS}</style>"
              f"</head><body><h1>Evaluation report</h1><p>Sets: {html.escape(', '.join(summary.get('sets', [])))}; "
              f"judge: {html.escape(str(summary.get('judge', '')))}</p>"), "<h2>Summary</h2>", summary_table(summary)]
+    loss = summary.get("fact_loss")
+    if loss:
+        parts += ["<h2>Where key facts are lost</h2>",
+                  "<p>Each key fact counted once, at the first stage of the answer chain that no longer holds it "
+                  "(docs/evaluation.md).</p>", loss_table_html(loss)]
     if baseline is not None:
         parts += ["<h2>Difference from the baseline</h2>", delta_table(summary, baseline)]
+        if loss and baseline.get("fact_loss"):
+            parts += ["<h3>Where key facts are lost: difference</h3>", loss_delta_html(loss, baseline["fact_loss"])]
     if rows:
         parts += ["<h2>Metrics per language</h2>",
                   f"<img alt='per language' src='data:image/png;base64,{group_chart(summary['by_lang'], 'by language')}'>",

@@ -1,7 +1,7 @@
 """Running gold sets through the AssistantService and writing results.jsonl, summary.json and report.html.
 
 Owns: asking each case (every turn of a multi-turn case in one session; only the last answer is scored),
-turning an Answer into a result row with its metrics, the ALCE judge pass, Advisor sets (delegated to
+turning an Answer into a result row with its metrics and the stage where each key fact was lost (factloss.py), the ALCE judge pass, Advisor sets (delegated to
 assistant.advisor.evaluate.score_cases, imported lazily) and the output files. Metric definitions live in
 metrics.py, the judge in judge.py, the HTML in report.py.
 """
@@ -19,6 +19,7 @@ from ..text import split_sentences
 from ..types import Answer
 from . import metrics as M
 from .dataset import EvalCase, load_set
+from .factloss import classify, loss_table
 from .judge import make_judge
 
 PASSAGE_CHARS = 800  # judge premise per cited passage: bounded so a 0.5B judge call stays ~2-3 s
@@ -40,6 +41,7 @@ def run_eval(service: Answerer, set_paths: list[Path], out_dir: Path, limit: int
     for set_name, case in tqdm(cases, desc="eval", unit="case", file=sys.stderr, disable=not progress):
         rows.append(evaluate_case(service, case, entail, set_name))
     summary = M.aggregate(rows)
+    summary["fact_loss"] = loss_table(rows)
     summary["sets"] = [str(s.path) for s in sets]
     summary["skipped_lines"] = problems
     summary["judge"] = {"mode": judge, "model": judge_model or "service"}
@@ -70,7 +72,7 @@ def ask_case(service: Answerer, case: EvalCase) -> Answer:
 
 
 def evaluate_case(service: Answerer, case: EvalCase, entail: Any, set_name: str = "") -> dict[str, Any]:
-    """One result row: id, lang, kind, question, answer, citations, refused, metrics, timings."""
+    """One result row: id, lang, kind, question, answer, citations, refused, metrics, timings, fact_loss."""
     row: dict[str, Any] = {"id": case.id, "set": set_name, "lang": case.lang, "kind": case.kind, "split": case.split,
                            "question": case.question, "turns": case.turns, "answer": "", "citations": [],
                            "refused": False, "metrics": {}, "timings": {}}
@@ -80,6 +82,7 @@ def evaluate_case(service: Answerer, case: EvalCase, entail: Any, set_name: str 
         row["error"] = str(e)
         row["metrics"] = {"fact_recall": M.fact_recall(case.answer_facts, ""),
                           "refusal_accuracy": M.refusal_correct(case.kind, False)}
+        row["fact_loss"] = classify(case.answer_facts, None)
         return row
     ranked = _ranked_paths(service, answer, case)
     row.update(answer=answer.answer, refused=answer.refused, timings=answer.timings,
@@ -87,6 +90,7 @@ def evaluate_case(service: Answerer, case: EvalCase, entail: Any, set_name: str 
                retrieved=ranked[:5], usage=answer.usage,
                raw_answer=(answer.diagnostics or {}).get("raw_answer", ""))
     row["metrics"] = score_answer(case, answer, ranked, _source_paths(service, answer), entail)
+    row["fact_loss"] = classify(case.answer_facts, answer.trace)
     return row
 
 
