@@ -250,9 +250,9 @@ def test_the_ui_handlers_act_as_the_logged_in_key(keyed: AssistantService, app, 
     client.post("/login", data={"key": KEY_B})
     as_b = gr.Request(headers={"cookie": f"{COOKIE}={client.cookies[COOKIE]}"})
     handlers = ChatHandlers(keyed, app.state.access)
-    *_, last = handlers.respond("And offload?", [], a_sid, "en", as_b)
+    *_, last = handlers.respond("And offload?", [], a_sid, "en", request=as_b)
     assert "Unknown session" in last[0][-1]["content"]  # B cannot continue A's chat from the UI either
-    *_, last = handlers.respond(QUESTION, [], "", "en", as_b)
+    *_, last = handlers.respond(QUESTION, [], "", "en", request=as_b)
     b_sid = last[3]
     assert b_sid != a_sid and keyed.get_session(b_sid, owner=owner_id(hash_key(KEY_B))) is not None
     assert keyed.get_session(b_sid, owner=owner_id(hash_key(KEY_A))) is None

@@ -294,13 +294,16 @@ def test_metric_labels_are_bounded(plain: CountingService) -> None:
 
 def test_gradio_routes_have_their_own_body_limit(corpus_index: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     svc = make_service(corpus_index, tmp_path_factory.mktemp("state"), ScriptedChatModel(quote_sources),
-                       max_ui_body_bytes=10_000)
+                       max_ui_body_bytes=10_000, max_upload_bytes=10_000)
     try:
         http = TestClient(create_app(svc, with_ui=True, load=False), base_url="http://127.0.0.1")
         big = b'{"data": ["' + b"x" * 20_000 + b'"], "fn_index": 0, "session_hash": "abc"}'
-        for path in ("/gradio_api/queue/join", "/gradio_api/upload"):
-            r = http.post(path, content=big, headers={"content-type": "application/json"})
-            assert r.status_code == 413 and error_of(r)["code"] == "body_too_large", (path, r.text)
+        r = http.post("/gradio_api/queue/join", content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and error_of(r)["code"] == "body_too_large", r.text
+        # the Gradio upload route (the Documents tab's) has the upload limit, plus a multipart framing's slack
+        huge = b"x" * (10_000 + 64_000 + 1_000)
+        r = http.post("/gradio_api/upload", content=huge, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and error_of(r)["code"] == "upload_too_large", r.text
         chunked = http.post("/gradio_api/queue/join", content=iter([big[:8000], big[8000:]]),
                             headers={"accept-language": "zh"})  # no Content-Length: counted while read
         assert chunked.status_code == 413 and error_of(chunked)["message"] == "请求体过大（最多 10000 字节）。"

@@ -29,7 +29,7 @@ from .prompt import Source
 
 # "[1], [2]": the commas go too. At most 6 digits a number: a longer one is no source number, and int() refuses
 # more than 4,300 digits (a ValueError out of the check)
-_MARK = re.compile(r"\s*[,，、]?\s*[\[【](\d{1,6}(?:\s*[,，、]\s*\d{1,6})*)[\]】]")
+_MARK = re.compile(r"\s*[,，、]?\s*[\[【]\s*(\d{1,6}(?:\s*[,，、]\s*\d{1,6})*)\s*[\]】]")
 _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
 _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"

@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-_MARK = re.compile(r"[\[【](\d+(?:\s*[,，、]\s*\d+)*)[\]】]")
+_MARK = re.compile(r"[\[【]\s*(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]")
 
 # Case-level metric keys averaged into the summary (latency percentiles are added separately).
 CASE_METRICS = ("fact_recall", "refusal_accuracy", "hit_at_1", "hit_at_5", "mrr", "citation_validity",
