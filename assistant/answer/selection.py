@@ -152,6 +152,7 @@ def _recommend_lead(top: dict[str, Any], cite: Callable[[dict[str, Any]], int], 
     else:
         claim = _lower_first(claim)
     n = cite(g)
+    claim = claim.replace("；", "，").replace("; ", ", ")  # one sentence, so that its [n] is the first sentence's
     return _end(_LEAD[lang].format(name=top["name"], claim=claim), n), [top["name"]]
 
 
@@ -287,7 +288,7 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
     if p.change and not stopped:  # the Advisor's inference as a lead-in, then the cited fact it rests on
         change_text, nums, fact = p.change
         text += "\n\n" + _CHANGE_LEAD[p.lang] + sep + change_text.rstrip("。.") + ("：" if p.lang == "zh" else ":") \
-            + "\n" + _end(fact, nums[0])
+            + "\n\n" + _end(fact, nums[0])  # a paragraph of its own: the fact is one sentence, the lead-in another
     text = p.situation + "\n\n" + text
     text, cites = _renumber(text, citations)
     by_chunk = {s.hit.chunk.id: s.hit for s in p.sources}
