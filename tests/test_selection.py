@@ -98,6 +98,9 @@ def test_situation_follow_up_is_a_selection():
     assert is_selection("如果我们有 64 张 A100 呢？", ["我们团队该选哪个框架？"])
     assert not is_selection("What is its distributed API?", prev)
     assert not is_selection("What if we had TPUs instead?", ["What is ZeRO?"])
+    # a choice among one framework's options is a fact question (fu-zh-06)
+    assert not is_selection("Colossal-AI 的其中哪个适合超过 100 亿参数、千卡以下的集群？", ["Colossal-AI 有哪些 booster 插件？"])
+    assert not is_selection("Which ZeRO stage should we use for a 13B model?", [])
 
 
 @pytest.mark.parametrize("sentence,user,expected", [
@@ -109,6 +112,7 @@ def test_situation_follow_up_is_a_selection():
     ("Yes, DeepSpeed supports ZeRO-Offload to CPU memory.", "Does DeepSpeed support ZeRO-Offload on CPU?", False),
     ("You need to call init_process_group before training.", "How do I start DDP?", False),
     ("你需要先调用 jax.distributed.initialize()。", "JAX 多机训练怎么初始化？", False),
+    ("Colossal-AI 的安装要求为 PyTorch 2.", "安装 Colossal-AI 对 PyTorch 版本有什么要求？", False),  # the "2" is a fact
 ])
 def test_restatements_of_the_user_are_not_claims(sentence, user, expected):
     assert restates_user(sentence, user) is expected

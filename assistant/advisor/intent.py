@@ -35,6 +35,10 @@ _WEAK = {
 _SELF = r"我们|我司|我|团队|公司|项目|组里|实验室|\bwe\b|\bour\b|\bus\b|\bi\b|\bmy\b|\bi'm\b|\bwe're\b"
 _COMPARE = r"\bor\b|\bvs\.?\b|\bversus\b|还是|对比|比较|哪个|\bbetter\b|更好|更适合|compared? (to|with)|相比"
 _PASSIVE = r"\b(is|are) recommended\b|推荐的"
+# a choice inside one framework ("其中哪个适合……" after "Colossal-AI 有哪些 booster 插件？", "which ZeRO stage fits"):
+# a fact about that framework's options, not a choice between frameworks
+_WITHIN = (r"其中|哪(个|一个|种)(插件|策略|阶段|模式|接口|并行方式|配置|参数|版本|stage|api|plugin)|"
+           r"\bwhich (of (its|the) )?([\w-]+ )?(plugin|strategy|stage|mode|api|option|setting|parallelism|version)s?\b")
 
 
 def is_selection_question(text: str, lang: str | None = None) -> bool:
@@ -44,6 +48,8 @@ def is_selection_question(text: str, lang: str | None = None) -> bool:
         return False
     first = lang if lang in ("zh", "en") else detect_language(text)
     langs = tuple(dict.fromkeys((str(first), "zh", "en")))  # mixed-language questions: both rule sets apply
+    if re.search(_WITHIN, low):
+        return False
     stripped = re.sub(_PASSIVE, " ", low)
     if any(re.search(_STRONG[lg], stripped) for lg in langs):
         return True

@@ -358,7 +358,7 @@ def restates_user(sentence: str, user_text: str) -> bool:
         return False
     if _SITUATION.search(sentence.strip()):
         return True
-    terms = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii()}
+    terms = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii() or t.isdigit()}  # "2" is a fact
     return len(terms) >= ECHO_MIN_TERMS and terms <= set(tokenize(user_text))
 
 
