@@ -71,7 +71,9 @@ def test_stop_regenerate_reload_reopen_and_export(browser, ui_server: ServerProc
     assert bubbles(page) == 2  # the turn was answered again, not appended
     assert "（已停止）" not in page.locator("#fa-chat .message-content").last.inner_text()
     versions = page.locator("#fa-versions")
-    assert versions.is_visible() and versions.locator("label").count() == 2
+    # the radio is filled by the event that follows the answer's stream (a .then()), so wait for it as a user would
+    versions.wait_for(state="visible", timeout=30_000)
+    assert versions.locator("label").count() == 2
     versions.locator("label").first.click()  # back to the stopped version
     page.wait_for_function("document.querySelector('#fa-chat').innerText.includes('（已停止）')", timeout=30_000)
     versions.locator("label").nth(1).click()
