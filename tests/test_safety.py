@@ -204,7 +204,7 @@ def test_browser_renders_script_and_javascript_links_inert(hostile_ui: str) -> N
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium",
                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = browser.new_page()
+        page = browser.new_page(locale="zh-CN")  # the UI follows the browser's language; this test reads the zh status
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         remote: list[str] = []
         page.on("request", lambda r: remote.append(r.url) if "evil.example" in r.url else None)
