@@ -13,6 +13,7 @@ Does not decide that a question is a selection (advisor/intent.py), rank (adviso
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,8 +22,10 @@ from typing import Any
 from ..advisor.intent import is_selection_question
 from ..advisor.scenario import parse_free_text
 from ..frameworks import find_frameworks
+from ..text import cjk_count
 from ..types import Chunk, Citation, Hit
 from .citations import CitationChecker
+from .citations import _record as citation_record
 from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
 from .prompt import Source as PromptSource
 
@@ -97,9 +100,7 @@ def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: s
             numbers[old] = n
             sources.append(PromptSource(n, Hit(chunk, float(rec.get("support", 0.0)), float(rec.get("support", 0.0))),
                                         reason["text"]))
-            citations[n] = Citation(n, chunk.id, chunk.title, list(chunk.heading_path), chunk.source, list(chunk.lines),
-                                    reason.get("evidence", "")[:400], float(rec.get("support", 0.0)), True,
-                                    url=chunk.url, licence=chunk.licence, publisher=chunk.publisher, date=chunk.date)
+            citations[n] = citation_record(sources[-1], reason.get("evidence", ""), float(rec.get("support", 0.0)))
         return numbers[old]
 
     epsilon = float(advice.get("margin", {}).get("tie_epsilon", 0.015))
@@ -181,7 +182,7 @@ def _end(sentence: str, n: int) -> str:
     sentence = sentence.rstrip()
     stop = sentence[-1] if sentence[-1:] in "。.!?！？" else ""
     body = sentence[:-1] if stop else sentence
-    return f"{body}[{n}]" + (stop or "。" if re.search(r"[\u4e00-\u9fff]", body[-3:]) else stop or ".")
+    return f"{body}[{n}]" + (stop or ("。" if cjk_count(body[-3:]) else "."))
 
 
 _STAGE = {"zh": {"research": "研究阶段", "prototype": "原型验证阶段", "production": "生产阶段"},
@@ -307,9 +308,4 @@ def _renumber(text: str, citations: dict[int, Citation]) -> tuple[str, list[Cita
         if n in citations and n not in order:
             order[n] = len(order) + 1
     text = re.sub(r"\[(\d+)\]", lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else "", text)
-    out = []
-    for old, new in sorted(order.items(), key=lambda kv: kv[1]):
-        c = citations[old]
-        out.append(Citation(new, c.chunk_id, c.title, c.heading_path, c.source, c.lines, c.snippet, c.support, c.supported,
-                            url=c.url, licence=c.licence, publisher=c.publisher, date=c.date))
-    return text, out
+    return text, [dataclasses.replace(citations[old], n=new) for old, new in sorted(order.items(), key=lambda kv: kv[1])]
