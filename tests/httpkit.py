@@ -65,9 +65,18 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 300) -> None:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "assistant", "serve", "--port", str(self.port)],
-                                     cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting (several servers then load side by side; wait_ready each)."""
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "assistant", "serve", "--port", str(self.port)],
+                                         cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        """Until /healthz and then /readyz answer 200; a RuntimeError naming the log if the process exits first."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         healthy = False
         while time.monotonic() < deadline:
