@@ -63,6 +63,7 @@ class AssistantService:
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
         self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
         self._loaded = False  # set once load() has finished warming the model
+        self._closed = False  # set by close(): a warm-up still running then fails quietly
         self.documents = DocumentLibrary(self.settings, lambda: self.embedder, self._reopen)
 
     # ---- loading ------------------------------------------------------------------------------
@@ -182,7 +183,8 @@ class AssistantService:
             for lang in ("zh", "en"):
                 resolve_facts(self, load_rubric(), lang)
         except Exception:  # a warm-up only: the first selection question resolves (and reports) it again
-            log.warning("Advisor warm-up failed", exc_info=True)
+            if not self._closed:  # else the server stopped under it, which is no failure
+                log.warning("Advisor warm-up failed", exc_info=True)
 
     def index_generation(self) -> str:
         """Names one build of one index: the live generation's directory (absolute), or on a Chroma server
@@ -582,6 +584,7 @@ class AssistantService:
         return valid_unicode(text.strip())
 
     def close(self) -> None:
+        self._closed = True
         if self._llm is not None:
             self._llm.close()
         if self._translator is not None:

@@ -218,8 +218,9 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        if app.state.loader is not None:
+        if app.state.loader is not None and not service.ready():  # a load in progress: let it finish first
             app.state.loader.join(timeout=30)
+        # once ready the loader only warms the Advisor's cache (5-10 s per language): not worth holding a stop for
         service.close()
 
     app = FastAPI(title="Framework Advisor (框架选型助手) API", version="1.0", lifespan=lifespan,
