@@ -438,12 +438,18 @@ class AssistantService:
         answer.alternatives = len(versioned["alternatives"])
 
     # ---- sessions and feedback ----------------------------------------------------------------
-    # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404
-    def get_session(self, session_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
-        return self.sessions.get(session_id, owner)
+    # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404.
+    # `client`: the caller's browser id (the UI's, or an API client's `?client=`); a session listed for another
+    # client is None/404 too. None names no client (the CLI, an API client that lists all its key's sessions).
+    def _visible(self, session_id: str, owner: str | None, client: str | None) -> bool:
+        return client is None or self.sessions.exists(session_id, owner, client)
 
-    def delete_session(self, session_id: str, *, owner: str | None = None) -> bool:
-        return self.sessions.delete(session_id, owner)
+    def get_session(self, session_id: str, *, owner: str | None = None,
+                    client: str | None = None) -> dict[str, Any] | None:
+        return self.sessions.get(session_id, owner) if self._visible(session_id, owner, client) else None
+
+    def delete_session(self, session_id: str, *, owner: str | None = None, client: str | None = None) -> bool:
+        return self._visible(session_id, owner, client) and self.sessions.delete(session_id, owner)
 
     def new_session(self, *, owner: str | None = None, client: str | None = None) -> str:
         """An empty session (listed once it has a turn): its id lets a client cancel its first answer."""
@@ -456,25 +462,26 @@ class AssistantService:
             self._check_text(text, "query")  # the same 413 as a search
         return self.sessions.list_sessions(owner, client, text, limit)
 
-    def rename_session(self, session_id: str, title: str, *, owner: str | None = None) -> None:
+    def rename_session(self, session_id: str, title: str, *, owner: str | None = None,
+                       client: str | None = None) -> None:
         if not isinstance(title, str) or not title.strip():
             raise UserError("empty_title", "The title is empty.", "标题不能为空。", 422)
-        if not self.sessions.rename(session_id, title, owner):
+        if not (self._visible(session_id, owner, client) and self.sessions.rename(session_id, title, owner)):
             raise unknown_session()
 
-    def cancel(self, session_id: str, *, owner: str | None = None) -> bool:
+    def cancel(self, session_id: str, *, owner: str | None = None, client: str | None = None) -> bool:
         """Stop the session's answer in progress (see ask_stream); False when none is being written."""
-        if not self.sessions.exists(session_id, owner):
+        if not self.sessions.exists(session_id, owner, client):
             raise unknown_session()
         return self.active.stop(session_id)
 
     def regenerate_stream(self, session_id: str, question: str | None = None, ticket: Ticket | None = None, *,
-                          owner: str | None = None) -> Iterator[Event]:
+                          owner: str | None = None, client: str | None = None) -> Iterator[Event]:
         """Answer the session's last question again (at a higher temperature), or `question` in its place
         (the last question edited): the events of ask_stream; the turn keeps its id and its earlier versions
         (assistant/conversations.py)."""
         try:
-            if not self.sessions.exists(session_id, owner):
+            if not self.sessions.exists(session_id, owner, client):
                 raise unknown_session()
             last = self.sessions.last_turn(session_id)
             if last is None:
@@ -487,12 +494,13 @@ class AssistantService:
                                    owner=owner, _replace=last)
 
     def regenerate(self, session_id: str, question: str | None = None, ticket: Ticket | None = None, *,
-                   owner: str | None = None) -> Answer:
-        return _final(self.regenerate_stream(session_id, question, ticket, owner=owner))
+                   owner: str | None = None, client: str | None = None) -> Answer:
+        return _final(self.regenerate_stream(session_id, question, ticket, owner=owner, client=client))
 
-    def choose_version(self, session_id: str, index: int, *, owner: str | None = None) -> dict[str, Any]:
+    def choose_version(self, session_id: str, index: int, *, owner: str | None = None,
+                       client: str | None = None) -> dict[str, Any]:
         """Show an earlier (or later) version of the last answer again."""
-        return conversations.choose(self.sessions, session_id, index, owner)
+        return conversations.choose(self.sessions, session_id, index, owner, client)
 
     def feedback(self, session_id: str, message_id: str, rating: str, comment: str = "", *,
                  owner: str | None = None) -> None:

@@ -210,7 +210,7 @@ class ChatHandlers:
         history += [{"role": "user", "content": inert(question)}, {"role": "assistant", "content": "…"}]
         yield from self._answer(history, session_id, lang, request, question, editing, client)
 
-    def regenerate(self, history: list[dict[str, Any]], session_id: str, lang: str,
+    def regenerate(self, history: list[dict[str, Any]], session_id: str, lang: str, client: str = "",
                    request: gr.Request | None = None) -> Iterator[tuple]:
         """The last answer again, as a new version (the earlier ones stay, see ui/history.py's versions)."""
         history = list(history or [])
@@ -218,7 +218,7 @@ class ChatHandlers:
             yield history, gr.skip(), TEXT[lang]["fb_none"], session_id, gr.skip(), gr.skip()
             return
         history[-1] = {"role": "assistant", "content": "…"}
-        yield from self._answer(history, session_id, lang, request, None, True, "")
+        yield from self._answer(history, session_id, lang, request, None, True, client)
 
     def _answer(self, history: list[dict[str, Any]], session_id: str, lang: str, request: gr.Request | None,
                 question: str | None, replace: bool, client: str) -> Iterator[tuple]:
@@ -235,7 +235,8 @@ class ChatHandlers:
             session_id = session_id or self.service.new_session(owner=owner, client=client or None)
             yield history, "", t["retrieving"], session_id, "", ""
             ticket = self.service.queue.reserve()
-            events = (self.service.regenerate_stream(session_id, question, ticket, owner=owner) if replace else
+            events = (self.service.regenerate_stream(session_id, question, ticket, owner=owner,
+                                                     client=client or None) if replace else
                       self.service.ask_stream(question or "", session_id, None, ticket, owner=owner))
             for ev in events:
                 if ev.kind == "sources":
