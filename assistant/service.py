@@ -3,7 +3,7 @@
 It owns the loaded index (reloaded when a build replaces it), the embedder, the chat model, the
 session store, the generation queue and the input checks, and sequences one answer:
 question -> (follow-up rewrite) -> (translation, when on) -> retrieve -> refuse, or evidence -> prompt ->
-queue turn -> generate -> check citations -> remember the turn. What each step computes lives in
+queue turn -> generate -> (a "status" event) check citations -> remember the turn. What each step computes lives in
 assistant/answer/pipeline.py; events are assistant.types.Event.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .sessions import SessionStorage, open_store, unknown_session
 from .settings import Settings, load_settings
 from .text import valid_unicode
 from .translate import QueryTranslator, create_translator
-from .types import UPLOADS_FOLDER, Answer, AnswerTrace, Chunk, Event, Hit, source_kind
+from .types import CHECKING_CITATIONS, UPLOADS_FOLDER, Answer, AnswerTrace, Chunk, Event, Hit, source_kind
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class AssistantService:
                    filters: Filters | Mapping[str, Any] | None = None, ticket: Ticket | None = None, *,
                    owner: str | None = None, client: str | None = None,
                    _replace: dict[str, Any] | None = None) -> Iterator[Event]:
-        """Events: sources, token..., citations, done (see docs/architecture.md).
+        """Events: sources, token..., status (checking_citations), citations, done (see docs/architecture.md).
 
         `session_id`: None starts a new session owned by `owner`; otherwise it must be one the store issued to
         `owner` (assistant/sessions.py), else a 404 UserError before anything runs. `owner` is the caller's key
@@ -304,6 +304,7 @@ class AssistantService:
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
                         question=question, standalone_question=standalone, sources=[s.hit for s in sources])
         draft = ""  # the model's text before the check
+        left = False  # the consumer closed the stream at the "status" event: the answer is checked and kept all the same
         if decision.refuse:
             self.queue.cancel(ticket)
             result = pipeline.refused(decision.reason, lang)
@@ -330,6 +331,10 @@ class AssistantService:
                 raise
             answer.stopped = handle.asked
             draft = gen.text
+            try:
+                yield Event("status", CHECKING_CITATIONS)
+            except GeneratorExit:
+                left = True
             result = (stopping.check_stopped(gen.text, sources, config, self.embedder) if answer.stopped else
                       pipeline.check(gen.text, standalone, sources, config, self.embedder, lang,
                                      user_text="\n".join([*user_turns, question])))
@@ -346,6 +351,8 @@ class AssistantService:
             answer.timings["translate_ms"] = round(translate_ms, 1)
             answer.diagnostics["translation"] = translation
         self._remember(answer, decision.reason, replace)
+        if left:
+            return
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 
@@ -406,12 +413,19 @@ class AssistantService:
             model_ttft_ms = (gen.ttft_s or 0.0) * 1000
         else:
             self.queue.cancel(ticket)
+        left = False  # as in _answer_events: a consumer gone at "status" still gets its answer kept
+        try:
+            yield Event("status", CHECKING_CITATIONS)
+        except GeneratorExit:
+            left = True
         result = selection.finish(plan, raw, checker, user_text, stopped=answer.stopped)
         answer.answer, answer.citations, answer.sources = result.text, result.citations, result.sources
         answer.diagnostics = result.diagnostics
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
                           "model_ttft_ms": round(model_ttft_ms, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
         self._remember(answer, "selection", replace)
+        if left:
+            return
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 

@@ -132,6 +132,28 @@ def test_a_client_that_closes_its_stream_stops_generation_and_the_text_is_kept(l
     assert live.svc.queue.waiting == 0 and live.svc.queue._serving is None
 
 
+def test_a_consumer_gone_at_the_status_event_still_gets_its_answer_checked_and_kept(live: Live) -> None:
+    """The "status" event (checking citations) comes after the last token: closing the stream there keeps the
+    whole answer, checked, not stopped."""
+    live.model.delay = 0.0
+    try:
+        sid = new_session(live)
+        events = live.svc.ask_stream(QUESTION, sid)
+        kinds = []
+        for ev in events:
+            kinds.append(ev.kind)
+            if ev.kind == "status":
+                assert ev.data == "checking_citations"
+                events.close()
+                break
+    finally:
+        live.model.delay = 0.04
+    assert kinds[0] == "sources" and kinds[-1] == "status" and "token" in kinds
+    stored = live.http.get(f"/api/sessions/{sid}").json()["messages"][-1]
+    assert stored["content"] and not stored["stopped"] and stored["citations"]
+    assert live.svc.queue.waiting == 0 and live.svc.queue._serving is None
+
+
 def test_cancel_while_waiting_frees_the_queue_place(live: Live) -> None:
     first, second = new_session(live), new_session(live)
     results: dict[str, Any] = {}

@@ -37,8 +37,9 @@ def test_a_streamed_answer_fills_sources_then_chat_then_links_and_status(service
                             {"role": "assistant", "content": "…"}]
     assert status == "检索中…" and box == ""
     assert steps[1][2] == "生成中…" and 'id="src-1"' in steps[1][1] and 'id="src-2"' in steps[1][1]
-    tokens = [s for s in steps[2:-1]]
+    tokens = [s for s in steps[2:-2]]
     assert len(tokens) > 3 and all(is_skip(s[1]) for s in tokens)  # tokens leave the sources panel alone
+    assert steps[-2][2] == "核对引用中…" and is_skip(steps[-2][1])  # the model is done, the check runs
     history, sources, status, sid, mid, box = steps[-1]
     assert '<a class="fa-cite" href="#src-1">[1]</a>' in history[-1]["content"]
     assert "fa-cited" in sources and "已引用" in sources
@@ -49,6 +50,26 @@ def test_a_streamed_answer_fills_sources_then_chat_then_links_and_status(service
     assert service.get_session(sid)["feedback"][-1]["rating"] == "up"
     assert h.rate("down", "", "", "en") == "No answer to rate yet."
     assert h.rate("down", sid, "no-such-message", "en") == "Error: No such message in this session."
+
+
+def statuses(steps: list[tuple]) -> list[str]:
+    """The status line's texts in the order shown (a step that leaves it alone, or repeats it, adds none)."""
+    out: list[str] = []
+    for step in steps:
+        if not is_skip(step[2]) and (not out or out[-1] != step[2]):
+            out.append(step[2])
+    return out
+
+
+@pytest.mark.parametrize("question,lang,expected", [
+    ("What does ZeRO stage 2 partition?", "en", ["Retrieving…", "Generating…", "Checking citations…", "Done"]),
+    ("Which framework is best for TPU training?", "en",  # a selection answer (the Advisor's ranking)
+     ["Retrieving…", "Generating…", "Checking citations…", "Done"]),
+    ("DeepSpeed 的 ZeRO 是什么？", "zh", ["检索中…", "生成中…", "核对引用中…", "完成"]),
+], ids=["fact-en", "selection-en", "fact-zh"])
+def test_the_status_line_says_each_step_in_order(service, question: str, lang: str, expected: list[str]) -> None:
+    shown = statuses(run(ChatHandlers(service), question, [], "", lang))
+    assert [s.split(" ·")[0] for s in shown] == expected, shown
 
 
 def test_a_followup_keeps_the_session_and_model_text_is_escaped(scripted_service) -> None:

@@ -53,6 +53,8 @@ def event_payload(ev: Event) -> Any:
         return [{"n": i, **h.to_dict()} for i, h in enumerate(ev.data, 1)]
     if ev.kind == "token":
         return {"text": ev.data}
+    if ev.kind == "status":
+        return {"step": ev.data}
     if ev.kind == "citations":
         return [c.to_dict() for c in ev.data]
     if ev.kind == "done":

@@ -49,7 +49,7 @@ TEXT: dict[str, dict[str, str]] = {
            "chat_tab": "问答", "advisor_tab": "选型顾问", "question": "你的问题",
            "placeholder": "例如：PyTorch 和 TensorFlow 哪个更适合做研究？", "send": "发送", "new": "新对话",
            "up": "▲ 有帮助", "down": "▼ 没帮助", "sources": "### 来源", "chatbot": "对话", "examples": "示例问题",
-           "retrieving": "检索中…", "generating": "生成中…", "ready": "就绪。",
+           "retrieving": "检索中…", "generating": "生成中…", "checking": "核对引用中…", "ready": "就绪。",
            "done": "完成 · 检索 {r:.0f} ms · 首字 {f:.0f} ms · 总计 {t:.1f} s",
            "no_sources": "没有检索到相关来源。", "loading": "助手正在加载模型，请稍后重试。",
            "error": "出错了：{m}", "internal": "服务器内部错误，请稍后重试。",
@@ -63,7 +63,7 @@ TEXT: dict[str, dict[str, str]] = {
            "placeholder": "e.g. Which framework suits research, PyTorch or TensorFlow?", "send": "Send",
            "new": "New chat", "up": "▲ Helpful", "down": "▼ Not helpful", "sources": "### Sources",
            "chatbot": "Conversation", "examples": "Example questions", "retrieving": "Retrieving…",
-           "generating": "Generating…", "ready": "Ready.",
+           "generating": "Generating…", "checking": "Checking citations…", "ready": "Ready.",
            "done": "Done · retrieval {r:.0f} ms · first token {f:.0f} ms · total {t:.1f} s",
            "no_sources": "No relevant sources found.", "loading": "The assistant is still loading its model; "
            "please retry in a moment.", "error": "Error: {m}", "internal": "Internal error; please retry.",
@@ -249,6 +249,8 @@ class ChatHandlers:
                     raw += ev.data
                     history[-1]["content"] = inert(raw)
                     yield history, gr.skip(), t["generating"] if first else gr.skip(), session_id, gr.skip(), gr.skip()
+                elif ev.kind == "status":  # the model is done; the citation check runs
+                    yield history, gr.skip(), t["checking"], session_id, gr.skip(), gr.skip()
                 elif ev.kind == "done":
                     ans: Answer = ev.data
                     history[-1]["content"] = (link_citations(ans.answer) + (t["stopped_mark"] if ans.stopped else "")
