@@ -20,7 +20,7 @@ import gradio as gr
 from assistant import export
 from assistant.errors import UserError
 
-from .web import TEXT, ChatHandlers, inert, link_citations
+from .web import TEXT, ChatHandlers, inert, link_citations, stored_sources_html
 
 # on load: the browser's id (made once, kept in localStorage) and the interface language (saved choice, else the
 # browser's language on the first visit)
@@ -100,8 +100,13 @@ class HistoryHandlers:
         if data is None:
             return [], "", t["error"].format(m=t["no_session"]), "", "", gr.update(visible=False)
         answers = [m for m in data["messages"] if m["role"] == "assistant"]
-        return (messages_to_chat(data, lang), "", t["opened"], session_id, answers[-1]["id"] if answers else "",
-                self.versions(session_id, client, request))
+        return (messages_to_chat(data, lang), self.last_sources(data, lang), t["opened"], session_id,
+                answers[-1]["id"] if answers else "", self.versions(session_id, client, request))
+
+    def last_sources(self, session: dict[str, Any], lang: str) -> str:
+        """The sources panel of the session's last answer (as it showed right after answering: what it cites)."""
+        answers = [m for m in session["messages"] if m["role"] == "assistant"]
+        return stored_sources_html(answers[-1].get("citations") or [], lang, self.service.passage) if answers else ""
 
     def versions(self, session_id: str, client: str = "", request: gr.Request | None = None) -> Any:
         """The versions radio of the last answer: shown when it has more than one."""
@@ -116,13 +121,14 @@ class HistoryHandlers:
     def choose(self, index: Any, session_id: str, lang: str, client: str = "",
                request: gr.Request | None = None) -> tuple:
         if index is None or not session_id:
-            return gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip()
         try:
             self.service.choose_version(session_id, int(index), owner=self._owner(request), client=client or None)
         except UserError as exc:
-            return gr.skip(), TEXT[lang]["error"].format(m=exc.message(lang))
+            return gr.skip(), gr.skip(), TEXT[lang]["error"].format(m=exc.message(lang))
         data = self._session(session_id, client, request) or {"messages": []}
-        return messages_to_chat(data, lang), TEXT[lang]["version"].format(n=int(index) + 1).strip(" ·")
+        return (messages_to_chat(data, lang), self.last_sources(data, lang),
+                TEXT[lang]["version"].format(n=int(index) + 1).strip(" ·"))
 
     def rename(self, session_id: str, title: str, lang: str, client: str = "",
                request: gr.Request | None = None) -> tuple:
@@ -241,7 +247,7 @@ def wire(demo: gr.Blocks, h: ChatHandlers, side: dict[str, Any], ctl: dict[str, 
 
     ctl["edit"].click(start_edit, [chatbot, session_state, lang_state, client], [box, ctl["editing"], status]).then(
         None, None, None, js=FOCUS_JS)
-    ctl["versions"].input(hh.choose, [ctl["versions"], session_state, lang_state, client], [chatbot, status])
+    ctl["versions"].input(hh.choose, [ctl["versions"], session_state, lang_state, client], [chatbot, sources, status])
     listing.input(hh.open, [listing, lang_state, client],
                   [chatbot, sources, status, session_state, message_state, ctl["versions"]])
     side["search"].change(hh.listing, list_inputs, listing)

@@ -14,7 +14,7 @@ import html
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry calls
@@ -150,26 +150,44 @@ def provenance_html(c: Chunk, t: dict[str, str]) -> str:
     return " · ".join(parts)
 
 
+def _source_entry(n: int, c: Chunk, score: float | None, cited: bool, t: dict[str, str]) -> str:
+    """One sources-panel entry: `<details id="src-n">` (what [n] opens), its provenance, lines and passage."""
+    where = provenance_html(c, t)
+    if c.kind == "upload":  # one of the user's uploaded documents (ui/documents_tab.py)
+        where = '<span class="fa-mine">我的文档 / my document</span> · ' + where
+    path = " › ".join(html.escape(p) for p in c.heading_path if p != c.title)
+    mark = f" · {t['cited']}" if cited else ""
+    snippet = html.escape(c.text if len(c.text) <= 900 else c.text[:900] + "…")
+    score_text = f" · {t['score']} {score:.3f}" if score is not None else ""
+    return (f'<details id="src-{n}" class="fa-src{" fa-cited" if cited else ""}">'
+            f"<summary><b>[{n}]</b> {html.escape(c.title)}{' — ' + path if path else ''}{mark}</summary>"
+            f'<div class="fa-meta">{where} · {t["lines"]} {c.lines[0]}–{c.lines[1]}{score_text}</div>'
+            f'<div class="fa-text">{snippet}</div></details>')
+
+
 def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = None) -> str:
     t = TEXT[lang]
     if not hits:
         return f"<p>{t['no_sources']}</p>"
-    cited = {c.n: c for c in citations or []}
+    cited = {c.n for c in citations or []}
+    return "\n".join(_source_entry(n, h.chunk, h.score, n in cited, t) for n, h in enumerate(hits, 1))
+
+
+def stored_sources_html(citations: list[dict[str, Any]], lang: str,
+                        passage: Callable[[str], Chunk | None]) -> str:
+    """The sources panel of a stored answer (a conversation reopened from the history list): each passage the
+    answer cites, under its own [n], the passage's text from the index (`passage`, service.passage) while it
+    holds it, else what the citation recorded (its snippet). The retrieval scores are not stored: none shown."""
+    t = TEXT[lang]
     out = []
-    for n, h in enumerate(hits, 1):
-        c = h.chunk
-        where = provenance_html(c, t)
-        if c.kind == "upload":  # one of the user's uploaded documents (ui/documents_tab.py)
-            where = '<span class="fa-mine">我的文档 / my document</span> · ' + where
-        path = " › ".join(html.escape(p) for p in c.heading_path if p != c.title)
-        mark = f" · {t['cited']}" if n in cited else ""
-        snippet = html.escape(c.text if len(c.text) <= 900 else c.text[:900] + "…")
-        out.append(
-            f'<details id="src-{n}" class="fa-src{" fa-cited" if n in cited else ""}">'
-            f"<summary><b>[{n}]</b> {html.escape(c.title)}{' — ' + path if path else ''}{mark}</summary>"
-            f'<div class="fa-meta">{where} · {t["lines"]} {c.lines[0]}–{c.lines[1]} · {t["score"]} {h.score:.3f}</div>'
-            f'<div class="fa-text">{snippet}</div></details>')
-    return "\n".join(out)
+    for c in sorted(citations or [], key=lambda c: c["n"]):
+        chunk = passage(c["chunk_id"]) or Chunk(
+            id=c["chunk_id"], text=c.get("snippet", ""), source=c["source"], title=c.get("title", ""),
+            heading_path=tuple(c.get("heading_path") or ()), language="", frameworks=(),
+            lines=(int(c["lines"][0]), int(c["lines"][1])), url=c.get("url", ""), licence=c.get("licence", ""),
+            publisher=c.get("publisher", ""), date=c.get("date", ""))
+        out.append(_source_entry(int(c["n"]), chunk, None, True, t))
+    return "\n".join(out) if out else f"<p>{t['no_sources']}</p>"
 
 
 def status_done(answer: Answer, lang: str) -> str:
