@@ -1,7 +1,9 @@
 """The conversation routes under /api/sessions: the history list, a new (empty) session, rename, stop the answer
 being written, regenerate or edit the last turn, switch between its versions, export and copy. Each is one
 AssistantService call with the caller's owner id (ui/auth.py OwnerDep), as the UI and the CLI make it; the
-single-session read and delete stay in ui/api.py. Included before ui/api.py's router (its catch-all 404)."""
+single-session read and delete stay in ui/api.py. Each per-id route takes `?client=` (ui/deps.py ClientQuery): a
+session listed for another browser is the unknown session's 404. Included before ui/api.py's router (its
+catch-all 404)."""
 from __future__ import annotations
 
 import time
