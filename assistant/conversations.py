@@ -44,9 +44,10 @@ def with_new_version(last: dict[str, Any], question: str, answer: str, extra: di
     return {**extra, "alternatives": alts, "chosen": len(alts) - 1}
 
 
-def choose(store: SessionStorage, session_id: str, index: int, owner: str | None) -> dict[str, Any]:
+def choose(store: SessionStorage, session_id: str, index: int, owner: str | None,
+           client: str | None = None) -> dict[str, Any]:
     """Show version `index` of the session's last turn again; returns that version."""
-    if not store.exists(session_id, owner):
+    if not store.exists(session_id, owner, client):
         raise unknown_session()
     last = store.last_turn(session_id)
     if last is None:

@@ -3,7 +3,7 @@
 It owns the loaded index (reloaded when a build replaces it), the embedder, the chat model, the
 session store, the generation queue and the input checks, and sequences one answer:
 question -> (follow-up rewrite) -> (translation, when on) -> retrieve -> refuse, or evidence -> prompt ->
-queue turn -> generate -> check citations -> remember the turn. What each step computes lives in
+queue turn -> generate -> (a "status" event) check citations -> remember the turn. What each step computes lives in
 assistant/answer/pipeline.py; events are assistant.types.Event.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .sessions import SessionStorage, open_store, unknown_session
 from .settings import Settings, load_settings
 from .text import valid_unicode
 from .translate import QueryTranslator, create_translator
-from .types import UPLOADS_FOLDER, Answer, AnswerTrace, Chunk, Event, Hit, source_kind
+from .types import CHECKING_CITATIONS, UPLOADS_FOLDER, Answer, AnswerTrace, Chunk, Event, Hit, source_kind
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ class AssistantService:
                    filters: Filters | Mapping[str, Any] | None = None, ticket: Ticket | None = None, *,
                    owner: str | None = None, client: str | None = None,
                    _replace: dict[str, Any] | None = None) -> Iterator[Event]:
-        """Events: sources, token..., citations, done (see docs/architecture.md).
+        """Events: sources, token..., status (checking_citations), citations, done (see docs/architecture.md).
 
         `session_id`: None starts a new session owned by `owner`; otherwise it must be one the store issued to
         `owner` (assistant/sessions.py), else a 404 UserError before anything runs. `owner` is the caller's key
@@ -306,6 +306,7 @@ class AssistantService:
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
                         question=question, standalone_question=standalone, sources=[s.hit for s in sources])
         draft = ""  # the model's text before the check
+        left = False  # the consumer closed the stream at the "status" event: the answer is checked and kept all the same
         if decision.refuse:
             self.queue.cancel(ticket)
             result = pipeline.refused(decision.reason, lang)
@@ -332,6 +333,10 @@ class AssistantService:
                 raise
             answer.stopped = handle.asked
             draft = gen.text
+            try:
+                yield Event("status", CHECKING_CITATIONS)
+            except GeneratorExit:
+                left = True
             result = (stopping.check_stopped(gen.text, sources, config, self.embedder) if answer.stopped else
                       pipeline.check(gen.text, standalone, sources, config, self.embedder, lang,
                                      user_text="\n".join([*user_turns, question])))
@@ -348,6 +353,8 @@ class AssistantService:
             answer.timings["translate_ms"] = round(translate_ms, 1)
             answer.diagnostics["translation"] = translation
         self._remember(answer, decision.reason, replace)
+        if left:
+            return
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 
@@ -408,12 +415,19 @@ class AssistantService:
             model_ttft_ms = (gen.ttft_s or 0.0) * 1000
         else:
             self.queue.cancel(ticket)
+        left = False  # as in _answer_events: a consumer gone at "status" still gets its answer kept
+        try:
+            yield Event("status", CHECKING_CITATIONS)
+        except GeneratorExit:
+            left = True
         result = selection.finish(plan, raw, checker, user_text, stopped=answer.stopped)
         answer.answer, answer.citations, answer.sources = result.text, result.citations, result.sources
         answer.diagnostics = result.diagnostics
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
                           "model_ttft_ms": round(model_ttft_ms, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
         self._remember(answer, "selection", replace)
+        if left:
+            return
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 
@@ -440,12 +454,18 @@ class AssistantService:
         answer.alternatives = len(versioned["alternatives"])
 
     # ---- sessions and feedback ----------------------------------------------------------------
-    # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404
-    def get_session(self, session_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
-        return self.sessions.get(session_id, owner)
+    # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404.
+    # `client`: the caller's browser id (the UI's, or an API client's `?client=`); a session listed for another
+    # client is None/404 too. None names no client (the CLI, an API client that lists all its key's sessions).
+    def _visible(self, session_id: str, owner: str | None, client: str | None) -> bool:
+        return client is None or self.sessions.exists(session_id, owner, client)
 
-    def delete_session(self, session_id: str, *, owner: str | None = None) -> bool:
-        return self.sessions.delete(session_id, owner)
+    def get_session(self, session_id: str, *, owner: str | None = None,
+                    client: str | None = None) -> dict[str, Any] | None:
+        return self.sessions.get(session_id, owner) if self._visible(session_id, owner, client) else None
+
+    def delete_session(self, session_id: str, *, owner: str | None = None, client: str | None = None) -> bool:
+        return self._visible(session_id, owner, client) and self.sessions.delete(session_id, owner)
 
     def new_session(self, *, owner: str | None = None, client: str | None = None) -> str:
         """An empty session (listed once it has a turn): its id lets a client cancel its first answer."""
@@ -458,25 +478,26 @@ class AssistantService:
             self._check_text(text, "query")  # the same 413 as a search
         return self.sessions.list_sessions(owner, client, text, limit)
 
-    def rename_session(self, session_id: str, title: str, *, owner: str | None = None) -> None:
+    def rename_session(self, session_id: str, title: str, *, owner: str | None = None,
+                       client: str | None = None) -> None:
         if not isinstance(title, str) or not title.strip():
             raise UserError("empty_title", "The title is empty.", "标题不能为空。", 422)
-        if not self.sessions.rename(session_id, title, owner):
+        if not (self._visible(session_id, owner, client) and self.sessions.rename(session_id, title, owner)):
             raise unknown_session()
 
-    def cancel(self, session_id: str, *, owner: str | None = None) -> bool:
+    def cancel(self, session_id: str, *, owner: str | None = None, client: str | None = None) -> bool:
         """Stop the session's answer in progress (see ask_stream); False when none is being written."""
-        if not self.sessions.exists(session_id, owner):
+        if not self.sessions.exists(session_id, owner, client):
             raise unknown_session()
         return self.active.stop(session_id)
 
     def regenerate_stream(self, session_id: str, question: str | None = None, ticket: Ticket | None = None, *,
-                          owner: str | None = None) -> Iterator[Event]:
+                          owner: str | None = None, client: str | None = None) -> Iterator[Event]:
         """Answer the session's last question again (at a higher temperature), or `question` in its place
         (the last question edited): the events of ask_stream; the turn keeps its id and its earlier versions
         (assistant/conversations.py)."""
         try:
-            if not self.sessions.exists(session_id, owner):
+            if not self.sessions.exists(session_id, owner, client):
                 raise unknown_session()
             last = self.sessions.last_turn(session_id)
             if last is None:
@@ -489,12 +510,13 @@ class AssistantService:
                                    owner=owner, _replace=last)
 
     def regenerate(self, session_id: str, question: str | None = None, ticket: Ticket | None = None, *,
-                   owner: str | None = None) -> Answer:
-        return _final(self.regenerate_stream(session_id, question, ticket, owner=owner))
+                   owner: str | None = None, client: str | None = None) -> Answer:
+        return _final(self.regenerate_stream(session_id, question, ticket, owner=owner, client=client))
 
-    def choose_version(self, session_id: str, index: int, *, owner: str | None = None) -> dict[str, Any]:
+    def choose_version(self, session_id: str, index: int, *, owner: str | None = None,
+                       client: str | None = None) -> dict[str, Any]:
         """Show an earlier (or later) version of the last answer again."""
-        return conversations.choose(self.sessions, session_id, index, owner)
+        return conversations.choose(self.sessions, session_id, index, owner, client)
 
     def feedback(self, session_id: str, message_id: str, rating: str, comment: str = "", *,
                  owner: str | None = None) -> None:

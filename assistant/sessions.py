@@ -46,6 +46,8 @@ ID_PATTERN = r"^[0-9a-f]{16}([0-9a-f]{16})?$"  # 32 hex digits; 16 in files from
 _ID = re.compile(ID_PATTERN)
 # the owner matches, or the caller is the keyless local user (owner NULL), who sees every session
 _MINE = "(CAST(? AS TEXT) IS NULL OR owner = ?)"
+# the session is listed for that client (a browser id), or the caller names none (the CLI, an API client)
+_CLIENTS = "(CAST(? AS TEXT) IS NULL OR client = ?)"
 TITLE_CHARS = 80  # a title (the first question's start, or a rename) is cut to this many characters
 CLIENT_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"  # a browser's id (localStorage) or an API client's name
 _CLIENT = re.compile(CLIENT_PATTERN)
@@ -70,22 +72,26 @@ def valid_id(value: object) -> bool:
 
 
 def unknown_session() -> UserError:
-    return UserError("not_found", "Unknown session: start a new one (omit session_id) or use an id this server "
-                     "returned (32 hex digits).", "未找到该会话：请开始新会话（不传 session_id），或使用本服务返回的会话 id"
-                     "（32 位十六进制）。", 404)
+    """A session that does not exist, or is another key's or another browser's: the same 404 (no one learns
+    that someone else's session exists)."""
+    return UserError("not_found", "Unknown session: it does not exist or belongs to another browser or key; start a "
+                     "new one (omit session_id) or use an id this server returned to you (32 hex digits).",
+                     "未找到该会话：它不存在，或属于另一个浏览器或密钥；请开始新会话（不传 session_id），"
+                     "或使用本服务返回给你的会话 id（32 位十六进制）。", 404)
 
 
 
 class SessionStorage(Protocol):
     """What the service needs from a session store; every backend implements it (and the contract suite
-    checks it). `owner` everywhere: the caller's owner id, None for the keyless local user, who sees all."""
+    checks it). `owner` everywhere: the caller's owner id, None for the keyless local user, who sees all.
+    `client` (exists, list_sessions): a browser's id; the session must be listed for it. None names no client."""
 
     max_age_days: float
     max_sessions: int
 
     def ensure(self, session_id: str | None, owner: str | None = None, client: str | None = None) -> str: ...
 
-    def exists(self, session_id: str, owner: str | None = None) -> bool: ...
+    def exists(self, session_id: str, owner: str | None = None, client: str | None = None) -> bool: ...
 
     def add_turn(self, session_id: str, question: str, answer: str, extra: dict[str, Any] | None = None) -> str: ...
 
@@ -272,12 +278,13 @@ class SqlSessions:
             raise unknown_session()
         return session_id
 
-    def exists(self, session_id: str, owner: str | None = None) -> bool:
+    def exists(self, session_id: str, owner: str | None = None, client: str | None = None) -> bool:
+        """The session is the owner's and, when `client` is given, that client's (the one its list shows it to)."""
         if not valid_id(session_id):
             return False
         with self._read() as db:
-            return db.execute(f"SELECT 1 FROM sessions WHERE id = ? AND {_MINE}",
-                              (session_id, owner, owner)).fetchone() is not None
+            return db.execute(f"SELECT 1 FROM sessions WHERE id = ? AND {_MINE} AND {_CLIENTS}",
+                              (session_id, owner, owner, client, client)).fetchone() is not None
 
     def add_turn(self, session_id: str, question: str, answer: str, extra: dict[str, Any] | None = None) -> str:
         """Write a question and its answer in one transaction (both or neither); returns the answer's id."""
@@ -361,7 +368,7 @@ class SqlSessions:
         """The owner's sessions that have a turn, newest first: {id, title, created, updated, turns}. `client`
         (a browser id) keeps that client's only; `text` keeps those whose title or a message contains it
         (case-insensitive)."""
-        where = [_MINE, "(CAST(? AS TEXT) IS NULL OR client = ?)"]
+        where = [_MINE, _CLIENTS]
         params: list[Any] = [owner, owner, client, client]
         if text.strip():
             where.append("(LOWER(COALESCE(title, '')) LIKE ? ESCAPE '!' OR EXISTS (SELECT 1 FROM messages m "

@@ -209,16 +209,21 @@ class Answer:
         return d
 
 
-EventKind = Literal["sources", "token", "citations", "done", "error"]
+EventKind = Literal["sources", "token", "status", "citations", "done", "error"]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
+# what a "status" event says the answer is doing now (its data): the model is done, the citation check runs
+StatusStep = Literal["checking_citations"]
+CHECKING_CITATIONS: StatusStep = "checking_citations"
 
 
 @dataclass
 class Event:
     """One step of a streamed answer. The service yields, in this order: "sources" (list[Hit], once retrieval is
-    done), "token" (str, zero or more), "citations" (list[Citation]), "done" (the Answer). It raises UserError or
-    ModelError instead of yielding a failure; "error" ({code, message} in the client's language) is made only by
-    the adapters (ui/streaming.py) when the service raised after a stream had started."""
+    done), "token" (str, zero or more), "status" (a StatusStep: "checking_citations" once the model has finished,
+    before the check; not for a refusal, which runs no check), "citations" (list[Citation]), "done" (the Answer).
+    It raises UserError or ModelError instead of yielding a failure; "error" ({code, message} in the client's
+    language) is made only by the adapters (ui/streaming.py) when the service raised after a stream had started.
+    Consumers that only show text (the OpenAI route, the CLI) skip "status"."""
 
     kind: EventKind
     data: Any

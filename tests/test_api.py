@@ -5,6 +5,7 @@ client and LangChain's ChatOpenAI, 4xx bodies with reasons in zh/en, sessions + 
 a full queue. Answer *behaviour* with a real model is tested in test_answer.py; the real server in test_serve.py."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -219,7 +220,8 @@ def test_ask_stream_event_order_and_framing(http: TestClient) -> None:
     assert sum(1 for line in lines if line.startswith("event:")) == len(events)  # each event: one event: line
     kinds = [k for k, _ in events]
     data = {k: v for k, v in reversed(events)}  # the first payload of each kind
-    assert kinds[0] == "sources" and kinds[-2:] == ["citations", "done"] and set(kinds[1:-2]) == {"token"}
+    assert kinds[0] == "sources" and kinds[-3:] == ["status", "citations", "done"] and set(kinds[1:-3]) == {"token"}
+    assert data["status"] == {"step": "checking_citations"}  # the model is done; the citation check runs
     sources = data["sources"]
     assert isinstance(sources, list) and [s["n"] for s in sources] == list(range(1, len(sources) + 1))
     assert all(s["chunk_id"] and s["text"] and s["lines"] for s in sources)
@@ -231,6 +233,20 @@ def test_ask_stream_event_order_and_framing(http: TestClient) -> None:
     assert {c["n"] for c in done["citations"]} <= {s["n"] for s in sources}
     assert "[1]" in text and done["answer"]  # the raw stream, then the checked answer
     assert http.get(f"/api/sessions/{done['session_id']}").json()["messages"][-1]["id"] == done["message_id"]
+
+
+def test_the_openai_stream_has_no_status_event(http: TestClient) -> None:
+    """The OpenAI-compatible stream stays OpenAI's: only chat.completion.chunk objects and [DONE], whatever
+    status events the service yields."""
+    body = {"messages": [{"role": "user", "content": IN_SCOPE_EN}], "stream": True}
+    with http.stream("POST", "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines) and lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert all(set(c["choices"][0]["delta"]) <= {"role", "content"} for c in chunks)
+    assert "checking_citations" not in "".join(lines) and chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 def test_search_and_health_answer_while_a_stream_generates(scripted_service) -> None:

@@ -87,10 +87,17 @@ def test_stop_regenerate_reload_reopen_and_export(browser, ui_server: ServerProc
     except Exception:
         page.screenshot(path=str(ARTIFACTS / "11-history-missing.png"), full_page=True)
         raise AssertionError(page.locator("#fa-history-col").inner_text()) from None
-    assert bubbles(page) == 0
+    assert bubbles(page) == 0 and page.locator("#fa-sources details").count() == 0  # a fresh page: nothing shown
     item.first.click()
     page.wait_for_function("document.querySelectorAll('#fa-chat .message-content').length === 2", timeout=30_000)
     assert "ZeRO" in page.locator("#fa-chat").inner_text()
+    # the sources panel shows what the last answer cites, and its [n] open their passages, as right after answering
+    page.wait_for_function("document.querySelectorAll('#fa-sources details.fa-cited').length > 0", timeout=30_000)
+    cite = page.locator("#fa-chat a.fa-cite").first
+    n = (cite.get_attribute("href") or "").removeprefix("#src-")
+    assert n.isdigit() and page.locator(f"#fa-sources details#src-{n}").count() == 1
+    cite.click()
+    page.wait_for_function(f"document.getElementById('src-{n}').open === true", timeout=10_000)
     page.locator("#fa-history-search textarea, #fa-history-search input").first.fill("没有这段文字的对话")
     page.wait_for_function("document.querySelectorAll('#fa-history label').length === 0", timeout=30_000)
     page.locator("#fa-history-search textarea, #fa-history-search input").first.fill("ZeRO")

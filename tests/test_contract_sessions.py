@@ -293,6 +293,10 @@ def test_the_history_list_is_newest_first_per_owner_and_client_and_searchable(ma
     assert [s["id"] for s in store.list_sessions("owner-a", text="100%")] == [b]  # wildcards are literal
     assert store.list_sessions("owner-a", text="1_0") == [] and store.list_sessions("owner-a", text="_") != []
     assert store.list_sessions("owner-a", text="MindSpore") == []  # another key's text is not searched
+    # one session by id: the browser its list shows it to, or no browser named; never another browser or key
+    assert store.exists(a, "owner-a", "browser-aaaa") and store.exists(a, "owner-a") and store.exists(a, None)
+    assert not store.exists(a, "owner-a", "browser-bbbb") and not store.exists(a, None, "browser-bbbb")
+    assert not store.exists(other_key, "owner-a", "browser-aaaa")
     assert store.rename(a, "  ZeRO  notes ", "owner-a") and not store.rename(a, "x", "owner-b")
     assert store.get(a, "owner-a")["title"] == "ZeRO notes"
     assert store.list_sessions("owner-a", text="notes")[0]["id"] == a

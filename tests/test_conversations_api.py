@@ -132,6 +132,28 @@ def test_a_client_that_closes_its_stream_stops_generation_and_the_text_is_kept(l
     assert live.svc.queue.waiting == 0 and live.svc.queue._serving is None
 
 
+def test_a_consumer_gone_at_the_status_event_still_gets_its_answer_checked_and_kept(live: Live) -> None:
+    """The "status" event (checking citations) comes after the last token: closing the stream there keeps the
+    whole answer, checked, not stopped."""
+    live.model.delay = 0.0
+    try:
+        sid = new_session(live)
+        events = live.svc.ask_stream(QUESTION, sid)
+        kinds = []
+        for ev in events:
+            kinds.append(ev.kind)
+            if ev.kind == "status":
+                assert ev.data == "checking_citations"
+                events.close()
+                break
+    finally:
+        live.model.delay = 0.04
+    assert kinds[0] == "sources" and kinds[-1] == "status" and "token" in kinds
+    stored = live.http.get(f"/api/sessions/{sid}").json()["messages"][-1]
+    assert stored["content"] and not stored["stopped"] and stored["citations"]
+    assert live.svc.queue.waiting == 0 and live.svc.queue._serving is None
+
+
 def test_cancel_while_waiting_frees_the_queue_place(live: Live) -> None:
     first, second = new_session(live), new_session(live)
     results: dict[str, Any] = {}
@@ -256,6 +278,44 @@ def test_history_list_rename_search_delete_and_export(live: Live, scripted_servi
     assert [s["id"] for s in live.http.get("/api/sessions", params={"client": "browser-history-1"}).json()[
         "sessions"]] == [mine]
     assert live.http.get("/api/sessions", params={"client": "bad id!"}).status_code == 422
+
+
+def test_a_session_by_id_is_its_browsers_only(live: Live) -> None:
+    """Client A's conversation: client B naming itself gets the unknown session's 404 (in its language) on every
+    /api/sessions/{id} route, and nothing changes; A (or a caller naming no client) still can."""
+    a, b = "browser-owner-a", "browser-owner-b"
+    live.model.delay = 0.0
+    try:
+        sid = new_session(live, a)
+        answer = live.http.post("/api/ask", json={"question": QUESTION, "session_id": sid}).json()
+    finally:
+        live.model.delay = 0.04
+    mid = answer["message_id"]
+    as_b = {"client": b}
+    refused = [live.http.get(f"/api/sessions/{sid}", params=as_b, headers={"accept-language": "zh"}),
+               live.http.patch(f"/api/sessions/{sid}", params=as_b, json={"title": "B 的标题"}),
+               live.http.get(f"/api/sessions/{sid}/export", params={**as_b, "format": "json"}),
+               live.http.get(f"/api/sessions/{sid}/messages/{mid}/markdown", params=as_b),
+               live.http.post(f"/api/sessions/{sid}/cancel", params=as_b),
+               live.http.post(f"/api/sessions/{sid}/regenerate", params=as_b, json={}),
+               live.http.post(f"/api/sessions/{sid}/versions/0", params=as_b),
+               live.http.delete(f"/api/sessions/{sid}", params=as_b)]
+    unknown = live.http.get("/api/sessions/" + "0" * 32, params=as_b)
+    for r in refused[1:]:
+        assert r.status_code == 404 and error_of(r) == error_of(unknown), (r.request.url, r.text)
+    assert refused[0].status_code == 404 and error_of(refused[0])["code"] == "not_found"
+    assert error_of(refused[0])["message"].startswith("未找到该会话") and "浏览器" in error_of(refused[0])["message"]
+    assert "another browser" in error_of(refused[1])["message"]
+    assert live.svc.queue.waiting == 0  # the refused regenerate gave its queue place back
+    mine = live.http.get(f"/api/sessions/{sid}", params={"client": a})
+    assert mine.status_code == 200 and mine.json()["title"] == QUESTION  # B's rename did not happen
+    assert len(mine.json()["messages"]) == 2  # nor did B's regenerate add a version
+    assert live.http.get(f"/api/sessions/{sid}/export", params={"client": a}).status_code == 200
+    assert live.http.patch(f"/api/sessions/{sid}", params={"client": a}, json={"title": "A 的"}).status_code == 200
+    assert live.http.get("/api/sessions", params=as_b).json()["sessions"] == []
+    assert live.http.get(f"/api/sessions/{sid}", params={"client": "bad id!"}).status_code == 422
+    assert live.http.delete(f"/api/sessions/{sid}", params={"client": a}).status_code == 200
+    assert live.http.get(f"/api/sessions/{sid}").status_code == 404
 
 
 # ---- the real engine ----------------------------------------------------------------------------------------------

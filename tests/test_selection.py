@@ -72,6 +72,8 @@ def test_unsupported_model_reasons_give_way_to_the_advisors_facts(scripted_servi
         events = list(svc.ask_stream("Which framework is best for TPU training?"))
         tokens = [e.data for e in events if e.kind == "token"]
         assert "We recommend JAX" in tokens[0]  # the recommendation streams first, before the model's words
+        assert [e.kind for e in events][-3:] == ["status", "citations", "done"]  # then the check is announced
+        assert events[-3].data == "checking_citations"
         ans = events[-1].data
         _check_selection_answer(ans, {"JAX"})
         assert "Bananas" not in ans.answer and "project stage is early" not in ans.answer

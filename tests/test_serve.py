@@ -47,8 +47,8 @@ def test_a_streamed_answer_from_the_real_model(http: httpx.Client) -> None:
         events = list(sse_events(r.iter_lines()))
     kinds = [k for k, _ in events]
     assert "error" not in kinds, events[-1]
-    assert kinds[0] == "sources" and kinds[-2:] == ["citations", "done"]
-    assert set(kinds[1:-2]) == {"token"} and len(kinds) > 4  # streamed in pieces, before the checks
+    assert kinds[0] == "sources" and kinds[-3:] == ["status", "citations", "done"]
+    assert set(kinds[1:-3]) == {"token"} and len(kinds) > 5  # streamed in pieces, before the checks
     done = events[-1][1]
     assert isinstance(done, dict) and done["language"] == "en" and done["answer"]
     assert {c["n"] for c in done["citations"]} <= {s["n"] for s in events[0][1]}  # type: ignore[union-attr]

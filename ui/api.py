@@ -21,7 +21,7 @@ from assistant.types import EVENT_KINDS, Event
 
 from .admission import answer_unless_gone, rate_limit
 from .auth import OwnerDep, bearer_scheme
-from .deps import MetricsDep, ReadyServiceDep, ServiceDep, request_lang
+from .deps import ClientQuery, MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import (
     COMMON_ERRORS,
     AdviseRequest,
@@ -53,6 +53,8 @@ def event_payload(ev: Event) -> Any:
         return [{"n": i, **h.to_dict()} for i, h in enumerate(ev.data, 1)]
     if ev.kind == "token":
         return {"text": ev.data}
+    if ev.kind == "status":
+        return {"step": ev.data}
     if ev.kind == "citations":
         return [c.to_dict() for c in ev.data]
     if ev.kind == "done":
@@ -124,8 +126,9 @@ async def passage(chunk_id: str, service: ReadyServiceDep) -> dict[str, Any]:
 
 @router.get("/sessions/{session_id}", summary="A session's messages (with citations) and feedback",
             responses=error_responses(404))
-async def get_session(session_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
-    data = await run_in_threadpool(service.get_session, session_id, owner=owner)
+async def get_session(session_id: str, service: ServiceDep, owner: OwnerDep,
+                      client: ClientQuery = None) -> dict[str, Any]:
+    data = await run_in_threadpool(lambda: service.get_session(session_id, owner=owner, client=client))
     if data is None:
         raise unknown_session()
     return data
@@ -133,8 +136,9 @@ async def get_session(session_id: str, service: ServiceDep, owner: OwnerDep) -> 
 
 @router.delete("/sessions/{session_id}", summary="Delete a session, its messages and feedback",
                responses=error_responses(404))
-async def delete_session(session_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
-    if not await run_in_threadpool(service.delete_session, session_id, owner=owner):
+async def delete_session(session_id: str, service: ServiceDep, owner: OwnerDep,
+                         client: ClientQuery = None) -> dict[str, Any]:
+    if not await run_in_threadpool(lambda: service.delete_session(session_id, owner=owner, client=client)):
         raise unknown_session()
     return {"deleted": session_id}
 

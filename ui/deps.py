@@ -1,15 +1,16 @@
-"""FastAPI dependencies shared by the routers: the service, a readiness gate, the user's language, and the
-JSON error shape {"error": {"code", "message"}} every refusal uses."""
+"""FastAPI dependencies shared by the routers: the service, a readiness gate, the user's language, the caller's
+client id (`?client=`), and the JSON error shape {"error": {"code", "message"}} every refusal uses."""
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from assistant.errors import UserError
 from assistant.lang import detect_language
 from assistant.service import AssistantService
+from assistant.sessions import CLIENT_PATTERN
 
 from .metrics import Metrics
 
@@ -51,3 +52,8 @@ def get_metrics(request: Request) -> Metrics:
 ServiceDep = Annotated[AssistantService, Depends(get_service)]
 ReadyServiceDep = Annotated[AssistantService, Depends(get_ready_service)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+# `?client=`: the browser (or API client) the caller is. On the list it keeps that client's sessions; on a
+# /api/sessions/{id} route another client's session is the unknown session's 404. Omitted: no client named.
+ClientQuery = Annotated[str | None, Query(pattern=CLIENT_PATTERN, description=(
+    "The caller's browser or client id (8-64 letters, digits, - or _): only sessions listed for it; omit to "
+    "name no client"))]

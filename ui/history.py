@@ -20,7 +20,7 @@ import gradio as gr
 from assistant import export
 from assistant.errors import UserError
 
-from .web import TEXT, ChatHandlers, inert, link_citations
+from .web import TEXT, ChatHandlers, inert, link_citations, stored_sources_html
 
 # on load: the browser's id (made once, kept in localStorage) and the interface language (saved choice, else the
 # browser's language on the first visit)
@@ -86,20 +86,31 @@ class HistoryHandlers:
                    for r in rows]
         return gr.update(choices=choices, value=session_id if any(c[1] == session_id for c in choices) else None)
 
-    def open(self, session_id: str, lang: str, request: gr.Request | None = None) -> tuple:
+    def _session(self, session_id: str, client: str, request: gr.Request | None) -> dict[str, Any] | None:
+        """The stored session when it is this key's and this browser's (else None, as for an unknown id)."""
+        if not session_id:
+            return None
+        return self.service.get_session(session_id, owner=self._owner(request), client=client or None)
+
+    def open(self, session_id: str, lang: str, client: str = "", request: gr.Request | None = None) -> tuple:
         t = TEXT[lang]
         if not session_id:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        data = self.service.get_session(session_id, owner=self._owner(request))
+        data = self._session(session_id, client, request)
         if data is None:
             return [], "", t["error"].format(m=t["no_session"]), "", "", gr.update(visible=False)
         answers = [m for m in data["messages"] if m["role"] == "assistant"]
-        return (messages_to_chat(data, lang), "", t["opened"], session_id, answers[-1]["id"] if answers else "",
-                self.versions(session_id, request))
+        return (messages_to_chat(data, lang), self.last_sources(data, lang), t["opened"], session_id,
+                answers[-1]["id"] if answers else "", self.versions(session_id, client, request))
 
-    def versions(self, session_id: str, request: gr.Request | None = None) -> Any:
+    def last_sources(self, session: dict[str, Any], lang: str) -> str:
+        """The sources panel of the session's last answer (as it showed right after answering: what it cites)."""
+        answers = [m for m in session["messages"] if m["role"] == "assistant"]
+        return stored_sources_html(answers[-1].get("citations") or [], lang, self.service.passage) if answers else ""
+
+    def versions(self, session_id: str, client: str = "", request: gr.Request | None = None) -> Any:
         """The versions radio of the last answer: shown when it has more than one."""
-        data = self.service.get_session(session_id, owner=self._owner(request)) if session_id else None
+        data = self._session(session_id, client, request)
         last = data["messages"][-1] if data and data["messages"] else {}
         alts = last.get("alternatives") or []
         if len(alts) < 2:
@@ -107,43 +118,48 @@ class HistoryHandlers:
         return gr.update(visible=True, choices=[(str(i + 1), i) for i in range(len(alts))],
                          value=last.get("chosen", len(alts) - 1))
 
-    def choose(self, index: Any, session_id: str, lang: str, request: gr.Request | None = None) -> tuple:
+    def choose(self, index: Any, session_id: str, lang: str, client: str = "",
+               request: gr.Request | None = None) -> tuple:
         if index is None or not session_id:
-            return gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip()
         try:
-            self.service.choose_version(session_id, int(index), owner=self._owner(request))
+            self.service.choose_version(session_id, int(index), owner=self._owner(request), client=client or None)
         except UserError as exc:
-            return gr.skip(), TEXT[lang]["error"].format(m=exc.message(lang))
-        data = self.service.get_session(session_id, owner=self._owner(request)) or {"messages": []}
-        return messages_to_chat(data, lang), TEXT[lang]["version"].format(n=int(index) + 1).strip(" ·")
+            return gr.skip(), gr.skip(), TEXT[lang]["error"].format(m=exc.message(lang))
+        data = self._session(session_id, client, request) or {"messages": []}
+        return (messages_to_chat(data, lang), self.last_sources(data, lang),
+                TEXT[lang]["version"].format(n=int(index) + 1).strip(" ·"))
 
-    def rename(self, session_id: str, title: str, lang: str, request: gr.Request | None = None) -> tuple:
+    def rename(self, session_id: str, title: str, lang: str, client: str = "",
+               request: gr.Request | None = None) -> tuple:
         t = TEXT[lang]
         if not session_id:
             return t["no_session"], gr.skip()
         try:
-            self.service.rename_session(session_id, title or "", owner=self._owner(request))
+            self.service.rename_session(session_id, title or "", owner=self._owner(request), client=client or None)
         except UserError as exc:
             return t["error"].format(m=exc.message(lang)), gr.skip()
         return t["renamed"], ""
 
-    def delete(self, session_id: str, lang: str, request: gr.Request | None = None) -> tuple:
+    def delete(self, session_id: str, lang: str, client: str = "", request: gr.Request | None = None) -> tuple:
         t = TEXT[lang]
         if not session_id:
             return gr.skip(), gr.skip(), t["no_session"], gr.skip(), gr.skip()
-        self.service.delete_session(session_id, owner=self._owner(request))
+        if not self.service.delete_session(session_id, owner=self._owner(request), client=client or None):
+            return gr.skip(), gr.skip(), t["error"].format(m=t["no_session"]), gr.skip(), gr.skip()
         return [], "", t["deleted"], "", ""
 
-    def stop(self, session_id: str, lang: str, request: gr.Request | None = None) -> str:
+    def stop(self, session_id: str, lang: str, client: str = "", request: gr.Request | None = None) -> str:
         if session_id:
             try:
-                self.service.cancel(session_id, owner=self._owner(request))
+                self.service.cancel(session_id, owner=self._owner(request), client=client or None)
             except UserError:
                 pass
         return TEXT[lang]["stopping"]
 
-    def export_file(self, session_id: str, fmt: str, lang: str, request: gr.Request | None = None) -> Any:
-        data = self.service.get_session(session_id, owner=self._owner(request)) if session_id else None
+    def export_file(self, session_id: str, fmt: str, lang: str, client: str = "",
+                    request: gr.Request | None = None) -> Any:
+        data = self._session(session_id, client, request)
         if data is None:
             return gr.update(value=None, visible=False)
         text, _media, name = export.export(data, fmt, lang)
@@ -153,8 +169,9 @@ class HistoryHandlers:
         path.write_text(text, encoding="utf-8")
         return gr.update(value=str(path), visible=True)
 
-    def copy_text(self, session_id: str, message_id: str, lang: str, request: gr.Request | None = None) -> tuple:
-        data = self.service.get_session(session_id, owner=self._owner(request)) if session_id else None
+    def copy_text(self, session_id: str, message_id: str, lang: str, client: str = "",
+                  request: gr.Request | None = None) -> tuple:
+        data = self._session(session_id, client, request)
         text = export.answer_markdown(data, message_id, lang) if data and message_id else None
         if text is None:
             return "", TEXT[lang]["fb_none"]
@@ -207,47 +224,49 @@ def wire(demo: gr.Blocks, h: ChatHandlers, side: dict[str, Any], ctl: dict[str, 
 
     def after_answer(client_id: str, text: str, sid: str, request: gr.Request) -> tuple:
         return (gr.update(visible=False), False, hh.listing(client_id, text, sid, request),
-                hh.versions(sid, request))
+                hh.versions(sid, client_id, request))
 
     after_outputs = [stop, ctl["editing"], listing, ctl["versions"]]
     for trigger, fn in ((box.submit, h.respond), (send.click, h.respond),
                         (ctl["regenerate"].click, None)):
         if fn is None:
-            ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS).then(h.regenerate, [chatbot, session_state, lang_state], outputs,
+            ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS).then(h.regenerate, [chatbot, session_state, lang_state, client], outputs,
                                                        concurrency_limit=4, concurrency_id="chat")
         else:
             ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS).then(
                 fn, respond_inputs, outputs, concurrency_limit=4, concurrency_id="chat")
         ev.then(after_answer, list_inputs, after_outputs).then(None, None, None, js=FOCUS_JS)
-    stop.click(hh.stop, [session_state, lang_state], status, concurrency_limit=None)
+    stop.click(hh.stop, [session_state, lang_state, client], status, concurrency_limit=None)
 
-    def start_edit(chat: list[dict[str, Any]], sid: str, lang: str, request: gr.Request) -> tuple:
-        data = h.service.get_session(sid, owner=h.owner(request)) if sid else None
+    def start_edit(chat: list[dict[str, Any]], sid: str, lang: str, client_id: str, request: gr.Request) -> tuple:
+        data = hh._session(sid, client_id, request)
         questions = [m["content"] for m in (data or {"messages": []})["messages"] if m["role"] == "user"]
         if not questions:
             return gr.skip(), False, TEXT[lang]["no_session"]
         return questions[-1], True, TEXT[lang]["editing"]
 
-    ctl["edit"].click(start_edit, [chatbot, session_state, lang_state], [box, ctl["editing"], status]).then(
+    ctl["edit"].click(start_edit, [chatbot, session_state, lang_state, client], [box, ctl["editing"], status]).then(
         None, None, None, js=FOCUS_JS)
-    ctl["versions"].input(hh.choose, [ctl["versions"], session_state, lang_state], [chatbot, status])
-    listing.input(hh.open, [listing, lang_state],
+    ctl["versions"].input(hh.choose, [ctl["versions"], session_state, lang_state, client], [chatbot, sources, status])
+    listing.input(hh.open, [listing, lang_state, client],
                   [chatbot, sources, status, session_state, message_state, ctl["versions"]])
     side["search"].change(hh.listing, list_inputs, listing)
-    side["rename"].click(hh.rename, [session_state, side["rename_box"], lang_state], [status, side["rename_box"]]).then(
+    side["rename"].click(hh.rename, [session_state, side["rename_box"], lang_state, client],
+                         [status, side["rename_box"]]).then(
         hh.listing, list_inputs, listing)
-    side["delete"].click(hh.delete, [session_state, lang_state],
+    side["delete"].click(hh.delete, [session_state, lang_state, client],
                          [chatbot, sources, status, session_state, message_state]).then(hh.listing, list_inputs, listing)
 
-    def export_md(sid: str, lang: str, request: gr.Request) -> Any:
-        return hh.export_file(sid, "markdown", lang, request)
+    def export_md(sid: str, lang: str, client_id: str, request: gr.Request) -> Any:
+        return hh.export_file(sid, "markdown", lang, client_id, request)
 
-    def export_json(sid: str, lang: str, request: gr.Request) -> Any:
-        return hh.export_file(sid, "json", lang, request)
+    def export_json(sid: str, lang: str, client_id: str, request: gr.Request) -> Any:
+        return hh.export_file(sid, "json", lang, client_id, request)
 
-    ctl["export"].click(export_md, [session_state, lang_state], ctl["file"])
-    ctl["export_json"].click(export_json, [session_state, lang_state], ctl["file"])
-    ctl["copy"].click(hh.copy_text, [session_state, message_state, lang_state], [ctl["copy_box"], status]).then(
+    ctl["export"].click(export_md, [session_state, lang_state, client], ctl["file"])
+    ctl["export_json"].click(export_json, [session_state, lang_state, client], ctl["file"])
+    ctl["copy"].click(hh.copy_text, [session_state, message_state, lang_state, client],
+                      [ctl["copy_box"], status]).then(
         None, ctl["copy_box"], None, js=COPY_JS)
 
     def on_load(client_id: str, lang: str) -> tuple:

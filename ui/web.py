@@ -14,7 +14,7 @@ import html
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry calls
@@ -49,7 +49,7 @@ TEXT: dict[str, dict[str, str]] = {
            "chat_tab": "问答", "advisor_tab": "选型顾问", "question": "你的问题",
            "placeholder": "例如：PyTorch 和 TensorFlow 哪个更适合做研究？", "send": "发送", "new": "新对话",
            "up": "▲ 有帮助", "down": "▼ 没帮助", "sources": "### 来源", "chatbot": "对话", "examples": "示例问题",
-           "retrieving": "检索中…", "generating": "生成中…", "ready": "就绪。",
+           "retrieving": "检索中…", "generating": "生成中…", "checking": "核对引用中…", "ready": "就绪。",
            "done": "完成 · 检索 {r:.0f} ms · 首字 {f:.0f} ms · 总计 {t:.1f} s",
            "no_sources": "没有检索到相关来源。", "loading": "助手正在加载模型，请稍后重试。",
            "error": "出错了：{m}", "internal": "服务器内部错误，请稍后重试。",
@@ -63,7 +63,7 @@ TEXT: dict[str, dict[str, str]] = {
            "placeholder": "e.g. Which framework suits research, PyTorch or TensorFlow?", "send": "Send",
            "new": "New chat", "up": "▲ Helpful", "down": "▼ Not helpful", "sources": "### Sources",
            "chatbot": "Conversation", "examples": "Example questions", "retrieving": "Retrieving…",
-           "generating": "Generating…", "ready": "Ready.",
+           "generating": "Generating…", "checking": "Checking citations…", "ready": "Ready.",
            "done": "Done · retrieval {r:.0f} ms · first token {f:.0f} ms · total {t:.1f} s",
            "no_sources": "No relevant sources found.", "loading": "The assistant is still loading its model; "
            "please retry in a moment.", "error": "Error: {m}", "internal": "Internal error; please retry.",
@@ -150,26 +150,44 @@ def provenance_html(c: Chunk, t: dict[str, str]) -> str:
     return " · ".join(parts)
 
 
+def _source_entry(n: int, c: Chunk, score: float | None, cited: bool, t: dict[str, str]) -> str:
+    """One sources-panel entry: `<details id="src-n">` (what [n] opens), its provenance, lines and passage."""
+    where = provenance_html(c, t)
+    if c.kind == "upload":  # one of the user's uploaded documents (ui/documents_tab.py)
+        where = '<span class="fa-mine">我的文档 / my document</span> · ' + where
+    path = " › ".join(html.escape(p) for p in c.heading_path if p != c.title)
+    mark = f" · {t['cited']}" if cited else ""
+    snippet = html.escape(c.text if len(c.text) <= 900 else c.text[:900] + "…")
+    score_text = f" · {t['score']} {score:.3f}" if score is not None else ""
+    return (f'<details id="src-{n}" class="fa-src{" fa-cited" if cited else ""}">'
+            f"<summary><b>[{n}]</b> {html.escape(c.title)}{' — ' + path if path else ''}{mark}</summary>"
+            f'<div class="fa-meta">{where} · {t["lines"]} {c.lines[0]}–{c.lines[1]}{score_text}</div>'
+            f'<div class="fa-text">{snippet}</div></details>')
+
+
 def sources_html(hits: list[Hit], lang: str, citations: list[Citation] | None = None) -> str:
     t = TEXT[lang]
     if not hits:
         return f"<p>{t['no_sources']}</p>"
-    cited = {c.n: c for c in citations or []}
+    cited = {c.n for c in citations or []}
+    return "\n".join(_source_entry(n, h.chunk, h.score, n in cited, t) for n, h in enumerate(hits, 1))
+
+
+def stored_sources_html(citations: list[dict[str, Any]], lang: str,
+                        passage: Callable[[str], Chunk | None]) -> str:
+    """The sources panel of a stored answer (a conversation reopened from the history list): each passage the
+    answer cites, under its own [n], the passage's text from the index (`passage`, service.passage) while it
+    holds it, else what the citation recorded (its snippet). The retrieval scores are not stored: none shown."""
+    t = TEXT[lang]
     out = []
-    for n, h in enumerate(hits, 1):
-        c = h.chunk
-        where = provenance_html(c, t)
-        if c.kind == "upload":  # one of the user's uploaded documents (ui/documents_tab.py)
-            where = '<span class="fa-mine">我的文档 / my document</span> · ' + where
-        path = " › ".join(html.escape(p) for p in c.heading_path if p != c.title)
-        mark = f" · {t['cited']}" if n in cited else ""
-        snippet = html.escape(c.text if len(c.text) <= 900 else c.text[:900] + "…")
-        out.append(
-            f'<details id="src-{n}" class="fa-src{" fa-cited" if n in cited else ""}">'
-            f"<summary><b>[{n}]</b> {html.escape(c.title)}{' — ' + path if path else ''}{mark}</summary>"
-            f'<div class="fa-meta">{where} · {t["lines"]} {c.lines[0]}–{c.lines[1]} · {t["score"]} {h.score:.3f}</div>'
-            f'<div class="fa-text">{snippet}</div></details>')
-    return "\n".join(out)
+    for c in sorted(citations or [], key=lambda c: c["n"]):
+        chunk = passage(c["chunk_id"]) or Chunk(
+            id=c["chunk_id"], text=c.get("snippet", ""), source=c["source"], title=c.get("title", ""),
+            heading_path=tuple(c.get("heading_path") or ()), language="", frameworks=(),
+            lines=(int(c["lines"][0]), int(c["lines"][1])), url=c.get("url", ""), licence=c.get("licence", ""),
+            publisher=c.get("publisher", ""), date=c.get("date", ""))
+        out.append(_source_entry(int(c["n"]), chunk, None, True, t))
+    return "\n".join(out) if out else f"<p>{t['no_sources']}</p>"
 
 
 def status_done(answer: Answer, lang: str) -> str:
@@ -210,7 +228,7 @@ class ChatHandlers:
         history += [{"role": "user", "content": inert(question)}, {"role": "assistant", "content": "…"}]
         yield from self._answer(history, session_id, lang, request, question, editing, client)
 
-    def regenerate(self, history: list[dict[str, Any]], session_id: str, lang: str,
+    def regenerate(self, history: list[dict[str, Any]], session_id: str, lang: str, client: str = "",
                    request: gr.Request | None = None) -> Iterator[tuple]:
         """The last answer again, as a new version (the earlier ones stay, see ui/history.py's versions)."""
         history = list(history or [])
@@ -218,7 +236,7 @@ class ChatHandlers:
             yield history, gr.skip(), TEXT[lang]["fb_none"], session_id, gr.skip(), gr.skip()
             return
         history[-1] = {"role": "assistant", "content": "…"}
-        yield from self._answer(history, session_id, lang, request, None, True, "")
+        yield from self._answer(history, session_id, lang, request, None, True, client)
 
     def _answer(self, history: list[dict[str, Any]], session_id: str, lang: str, request: gr.Request | None,
                 question: str | None, replace: bool, client: str) -> Iterator[tuple]:
@@ -235,7 +253,8 @@ class ChatHandlers:
             session_id = session_id or self.service.new_session(owner=owner, client=client or None)
             yield history, "", t["retrieving"], session_id, "", ""
             ticket = self.service.queue.reserve()
-            events = (self.service.regenerate_stream(session_id, question, ticket, owner=owner) if replace else
+            events = (self.service.regenerate_stream(session_id, question, ticket, owner=owner,
+                                                     client=client or None) if replace else
                       self.service.ask_stream(question or "", session_id, None, ticket, owner=owner))
             for ev in events:
                 if ev.kind == "sources":
@@ -248,6 +267,8 @@ class ChatHandlers:
                     raw += ev.data
                     history[-1]["content"] = inert(raw)
                     yield history, gr.skip(), t["generating"] if first else gr.skip(), session_id, gr.skip(), gr.skip()
+                elif ev.kind == "status":  # the model is done; the citation check runs
+                    yield history, gr.skip(), t["checking"], session_id, gr.skip(), gr.skip()
                 elif ev.kind == "done":
                     ans: Answer = ev.data
                     history[-1]["content"] = (link_citations(ans.answer) + (t["stopped_mark"] if ans.stopped else "")
