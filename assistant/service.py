@@ -13,7 +13,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -313,25 +313,14 @@ class AssistantService:
             yield Event("token", result.text)
             ttft_ms = retrieval_ms
         else:
-            messages = build_messages(standalone, sources, lang)
-            written: list[str] = []
-            try:
-                with self.queue.turn(ticket) as waited:
-                    answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
-                    gen = yield from stopping.stoppable_tokens(pipeline.generate(self.llm, messages, config, t0),
-                                                               handle.event, written, t0)
-            except Cancelled:
-                if not handle.asked:
-                    raise
-                gen = pipeline.Generation("", None, 0, 0)  # stopped before its turn: nothing was written
-            except GeneratorExit:  # the consumer left mid-answer: keep what was written, as a stop would
+            def keep_written(written: str) -> None:  # the consumer left mid-answer: keep it, as a stop would
                 if written:
-                    answer.stopped = True
-                    result = stopping.check_stopped("".join(written), sources, config, self.embedder)
-                    answer.answer, answer.citations, answer.diagnostics = result.text, result.citations, result.diagnostics
+                    kept = stopping.check_stopped(written, sources, config, self.embedder)
+                    answer.answer, answer.citations, answer.diagnostics = kept.text, kept.citations, kept.diagnostics
                     self._remember(answer, decision.reason, replace)
-                raise
-            answer.stopped = handle.asked
+
+            gen = yield from self._generate(build_messages(standalone, sources, lang), config, ticket, handle, t0,
+                                            answer, keep_written)
             draft = gen.text
             try:
                 yield Event("status", CHECKING_CITATIONS)
@@ -357,6 +346,32 @@ class AssistantService:
             return
         yield Event("citations", answer.citations)
         yield Event("done", answer)
+
+    def _generate(self, messages: list[dict[str, str]], config: pipeline.PipelineConfig, ticket: Ticket,
+                  handle: stopping.StopHandle, t0: float, answer: Answer, keep_written: Callable[[str], None],
+                  lead: str = "") -> Generator[Event, None, pipeline.Generation]:
+        """The model's turn in the queue, streamed as "token" events (after `lead`, once the turn starts) and
+        stoppable: a stop before the turn gives an empty Generation, a stop during it what was written (either way
+        `answer.stopped`); a consumer that closes the stream gets `keep_written(what was written)` called, with
+        `answer.stopped` set, before the close goes on (the model's stream is closed with it)."""
+        written: list[str] = []
+        try:
+            with self.queue.turn(ticket) as waited:
+                answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
+                if lead:
+                    yield Event("token", lead)
+                gen = yield from stopping.stoppable_tokens(pipeline.generate(self.llm, messages, config, t0),
+                                                           handle.event, written, t0)
+        except Cancelled:
+            if not handle.asked:
+                raise
+            gen = pipeline.Generation("", None, 0, 0)  # stopped before its turn: nothing was written
+        except GeneratorExit:
+            answer.stopped = True
+            keep_written("".join(written))
+            raise
+        answer.stopped = handle.asked
+        return gen
 
     def _selection_plan(self, question: str, standalone: str, user_turns: list[str],
                         lang: str) -> selection.SelectionPlan | None:
@@ -390,26 +405,14 @@ class AssistantService:
         checker = CitationChecker(self.embedder, config.support_threshold)
         user_text = "\n".join([*user_turns, question])
         if plan.reasons:
-            written: list[str] = []
-            try:
-                with self.queue.turn(ticket) as waited:
-                    answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
-                    yield Event("token", " ")
-                    gen = yield from stopping.stoppable_tokens(
-                        pipeline.generate(self.llm, selection.messages(plan, standalone), config, t0),
-                        handle.event, written, t0)
-            except Cancelled:
-                if not handle.asked:
-                    raise
-                gen = pipeline.Generation("", None, 0, 0)  # stopped before its turn: the Advisor's parts stand
-            except GeneratorExit:  # the consumer left mid-answer: keep the recommendation and what was written
-                answer.stopped = True
-                result = selection.finish(plan, "".join(written), checker, user_text, stopped=True)
-                answer.answer, answer.citations, answer.sources = result.text, result.citations, result.sources
-                answer.diagnostics = result.diagnostics
+            def keep_written(written: str) -> None:  # the consumer left: keep the recommendation and what was written
+                kept = selection.finish(plan, written, checker, user_text, stopped=True)
+                answer.answer, answer.citations, answer.sources = kept.text, kept.citations, kept.sources
+                answer.diagnostics = kept.diagnostics
                 self._remember(answer, "selection", replace)
-                raise
-            answer.stopped = handle.asked
+
+            gen = yield from self._generate(selection.messages(plan, standalone), config, ticket, handle, t0, answer,
+                                            keep_written, lead=" ")
             raw = gen.text
             answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
             model_ttft_ms = (gen.ttft_s or 0.0) * 1000
