@@ -426,6 +426,9 @@ class AssistantService:
         result = selection.finish(plan, raw, checker, user_text, stopped=answer.stopped)
         answer.answer, answer.citations, answer.sources = result.text, result.citations, result.sources
         answer.diagnostics = result.diagnostics
+        # for the fact-loss table: the Advisor's cited passages are what was "retrieved" and shown (as its facts)
+        answer.trace = AnswerTrace(retrieved=[s.hit for s in plan.sources], evidence=[s.text for s in plan.sources],
+                                   draft=plan.lead + " " + raw, final=result.text)
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
                           "model_ttft_ms": round(model_ttft_ms, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
         self._remember(answer, "selection", replace)

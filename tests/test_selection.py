@@ -79,6 +79,8 @@ def test_unsupported_model_reasons_give_way_to_the_advisors_facts(scripted_servi
         assert "Bananas" not in ans.answer and "project stage is early" not in ans.answer
         assert ans.diagnostics["selection"]["model_reasons"] is False
         assert ans.to_dict()["advice"]["ranking"][0]["name"] == "JAX"
+        assert ans.trace is not None and ans.trace.final == ans.answer  # the eval's fact-loss table reads it
+        assert any("TPU" in e for e in ans.trace.evidence)
     finally:
         svc.close()
 
