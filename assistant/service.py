@@ -295,7 +295,7 @@ class AssistantService:
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
         decision = decide(standalone, hits)
         user_turns = [m["content"] for m in history if m["role"] == "user"]
-        if not decision.refuse and selection.is_selection(standalone, user_turns, lang):
+        if not decision.refuse and selection.is_selection(standalone, user_turns, lang, asked=question):
             plan = self._selection_plan(question, standalone, user_turns, lang)
             if plan is not None:
                 yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms,

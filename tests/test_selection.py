@@ -112,6 +112,14 @@ def test_comparison_is_restricted_to_the_named_candidates(scripted_service):
     assert compared_candidates("DeepSpeed 和 Megatron-LM 哪个好") == ["PyTorch + DeepSpeed", "PyTorch + Megatron-LM"]
 
 
+def test_a_choice_among_one_frameworks_options_stays_a_fact_question_after_the_rewrite():
+    # fu-zh-06: the follow-up rewrite turned "其中哪个" into "Colossal-AI的中哪个", which read as a selection
+    rewritten = "Colossal-AI的中哪个适合超过 100 亿参数、千卡以下的集群？"
+    prev = ["Colossal-AI 有哪些 booster 插件？"]
+    assert not is_selection(rewritten, prev, "zh", asked="其中哪个适合超过 100 亿参数、千卡以下的集群？")
+    assert is_selection("我们有 1000 张 GPU、要微调 100 亿参数的模型，选哪个框架？", [], "zh", asked="我们有 1000 张 GPU、要微调 100 亿参数的模型，选哪个框架？")
+
+
 def test_situation_follow_up_is_a_selection():
     prev = ["Which framework should our research lab use?"]
     assert is_selection("What if we had TPUs instead?", prev)

@@ -41,6 +41,11 @@ _WITHIN = (r"其中|哪(个|一个|种)(插件|策略|阶段|模式|接口|并�
            r"\bwhich (of (its|the) )?([\w-]+ )?(plugin|strategy|stage|mode|api|option|setting|parallelism|version)s?\b")
 
 
+def is_within_choice(text: str) -> bool:
+    """A choice among one framework's own options ("其中哪个插件…", "which ZeRO stage…"): a fact question."""
+    return bool(re.search(_WITHIN, text.lower()))
+
+
 def is_selection_question(text: str, lang: str | None = None) -> bool:
     """True when `text` asks which framework to choose or how frameworks compare for a use (zh or en)."""
     low = text.lower().strip()
@@ -48,7 +53,7 @@ def is_selection_question(text: str, lang: str | None = None) -> bool:
         return False
     first = lang if lang in ("zh", "en") else detect_language(text)
     langs = tuple(dict.fromkeys((str(first), "zh", "en")))  # mixed-language questions: both rule sets apply
-    if re.search(_WITHIN, low):
+    if is_within_choice(low):
         return False
     stripped = re.sub(_PASSIVE, " ", low)
     if any(re.search(_STRONG[lg], stripped) for lg in langs):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..advisor.intent import is_selection_question
+from ..advisor.intent import is_selection_question, is_within_choice
 from ..advisor.scenario import parse_free_text
 from ..frameworks import find_frameworks
 from ..text import cjk_count
@@ -57,9 +57,12 @@ class SelectionPlan:
     advice: dict[str, Any] = field(default_factory=dict)
 
 
-def is_selection(question: str, previous_user_turns: list[str], lang: str | None = None) -> bool:
+def is_selection(question: str, previous_user_turns: list[str], lang: str | None = None, asked: str = "") -> bool:
     """A selection question, or a follow-up to one that changes the situation ("what if we had TPUs?") without
-    naming a framework or asking a fact."""
+    naming a framework or asking a fact. `question` is the standalone rewrite; `asked`, the user's own words, rules
+    out a choice among one framework's options ("其中哪个…", which the rewrite may have turned into another phrase)."""
+    if asked and is_within_choice(asked):
+        return False
     if is_selection_question(question, lang):
         return True
     if not previous_user_turns or not is_selection_question(previous_user_turns[-1]) or find_frameworks(question):
