@@ -11,7 +11,13 @@ import re
 import pytest
 
 from assistant.answer.citations import restates_user
-from assistant.answer.selection import compared_candidates, is_selection, recommended_in
+from assistant.answer.selection import (
+    SelectionPlan,
+    compared_candidates,
+    faithful_reasons,
+    is_selection,
+    recommended_in,
+)
 from assistant.evaluate.metrics import first_claim, recommended_candidate, selection_lead
 
 ISSUE_QUESTIONS = [
@@ -181,3 +187,29 @@ def test_selection_set_is_well_formed():
     assert all(c.kind == "selection" and set(c.accept) <= names for c in gold.cases)
     with pytest.raises(ValueError, match="accept"):
         parse_case({"id": "x", "question": "which?", "kind": "selection"})
+
+
+def _plan(lang: str, reasons: list[tuple[str, int]], recommended: list[str]) -> SelectionPlan:
+    return SelectionPlan(lang, "", "", recommended, reasons, None, [])
+
+
+def test_a_model_reason_that_adds_to_its_fact_is_shown_as_the_fact():
+    fact = "PyTorch's dynamic graph suits research and fast iteration."
+    p = _plan("en", [(fact, 2), ("PyTorch has the largest research community and most new papers.", 3)], ["PyTorch"])
+    # a restatement in other order and number stays the model's
+    kept, replaced = faithful_reasons("Research and fast iteration suit PyTorch's dynamic graphs [2].", p)
+    assert replaced == [] and kept == "Research and fast iteration suit PyTorch's dynamic graphs [2]."
+    # a verdict the fact does not state, and the user's situation merged in, give way to the facts cited
+    text = ("Its dynamic graph suits research, so you should choose PyTorch [2]. "
+            "For your team of five on two GPUs with a tight budget, the community helps [3].")
+    kept, replaced = faithful_reasons(text, p)
+    assert kept == fact.rstrip(".") + "[2]. PyTorch has the largest research community and most new papers[3]."
+    assert len(replaced) == 2
+    # a sentence with no cited fact is dropped; a fact is shown once
+    kept, _ = faithful_reasons("Bananas are yellow and ripe in summer [9]. Dynamic graph, so the best one [2]. "
+                               "It is the best for research [2].", p)
+    assert kept == fact.rstrip(".") + "[2]."
+    zh = _plan("zh", [("PyTorch 的动态图适合研究和快速迭代。", 1)], ["PyTorch"])
+    assert faithful_reasons("PyTorch 的动态图适合快速迭代的研究[1]。", zh)[1] == []
+    kept, replaced = faithful_reasons("PyTorch 的动态图适合研究，因此推荐你们的五人团队选择它[1]。", zh)
+    assert kept == "PyTorch 的动态图适合研究和快速迭代[1]。" and replaced

@@ -6,7 +6,9 @@ Owns what the chat shows for such a question, given the Advisor's `Advice` (assi
 - the first sentence: the recommendation (or a plain tie and what decides it), citing the passage that states
   the guidance it follows; written here from the Advisor's cited facts, so it streams before the model runs;
 - the deciding reasons: phrased by the model from the ranking's cited facts only (`messages`), then checked like
-  every answer; where none of the model's sentences survives the check, the Advisor's own cited facts are used;
+  every answer; a kept sentence that says more than the facts it cites (a verdict, the user's situation, words of
+  no cited fact) is shown as those facts in the Advisor's words (`faithful_reasons`); where none of the model's
+  sentences survives, the Advisor's own cited facts are used;
 - what would change the choice (the Advisor's re-run with one field changed), cited.
 Does not decide that a question is a selection (advisor/intent.py), rank (advisor/rubric.py) or check support
 (citations.py); the service sequences the steps.
@@ -22,9 +24,9 @@ from typing import Any
 from ..advisor.intent import is_selection_question, is_within_choice
 from ..advisor.scenario import parse_free_text
 from ..frameworks import find_frameworks
-from ..text import cjk_count
+from ..text import cjk_count, split_sentences, tokenize
 from ..types import Chunk, Citation, Hit
-from .citations import CitationChecker
+from .citations import CitationChecker, is_factual, parse_markers
 from .citations import _record as citation_record
 from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
 from .prompt import Source as PromptSource
@@ -270,6 +272,54 @@ def messages(p: SelectionPlan, question: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+# A model reason may restate its fact in other words, not add to it: the 1.5B model's kept sentences that the eval's
+# judge rejected (docs/evaluation.md, twelfth session) added a verdict ("so you should choose X"), merged in the
+# user's situation or joined words of no cited fact. Such a sentence's passage may still score above the support
+# floor, since the fact's words are in it; so it is measured against the facts it cites, within one language.
+NOVELTY_MAX = 0.34  # share of a sentence's content words that none of its cited facts (or the names) has
+_VERDICT = re.compile(r"\b(?:should|recommend\w*|choose|chosen|best|ideal|perfect|go with|right choice)\b"
+                      r"|推荐|应该|应当|首选|最适合|最好|建议|更适合|最佳", re.IGNORECASE)
+
+
+def _content_terms(text: str) -> set[str]:
+    """Content words, English plurals folded ("graphs" is "graph")."""
+    out = set()
+    for t in tokenize(text):
+        if len(t) > 1 or not t.isascii() or t.isdigit():
+            out.add(t[:-1] if t.isascii() and len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t)
+    return out
+
+
+def faithful_reasons(text: str, p: SelectionPlan, quotes: set[str] = frozenset()) -> tuple[str, list[str]]:
+    """The checked model text with each factual sentence that adds to its cited facts replaced by those facts (the
+    Advisor's claims, each once); `quotes` are sentences the check already put in a passage's own words. Returns
+    the text and the replaced sentences."""
+    claims = {n: claim for claim, n in p.reasons}
+    names = _content_terms(" ".join(p.recommended))
+    out: list[str] = []
+    shown: set[int] = set()
+    replaced: list[str] = []
+    for sentence in split_sentences(text):
+        plain, nums = parse_markers(sentence)
+        if not nums or not is_factual(plain) or plain in quotes:
+            out.append(sentence)
+            shown.update(n for n in nums if n in claims)
+            continue
+        cited = [n for n in nums if n in claims]
+        basis = " ".join(claims[n] for n in cited)
+        terms = _content_terms(plain) - names
+        new = terms - _content_terms(basis)
+        verdict = bool(_VERDICT.search(plain)) and not _VERDICT.search(basis)
+        if cited and not verdict and len(new) <= NOVELTY_MAX * max(1, len(terms)):
+            out.append(sentence)
+            shown.update(cited)
+            continue
+        replaced.append(plain)
+        out.extend(_end(claims[n], n) for n in cited if n not in shown)
+        shown.update(cited)
+    return (" " if p.lang == "en" else "").join(x.strip() for x in out), replaced
+
+
 @dataclass
 class SelectionResult:
     text: str
@@ -285,7 +335,10 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
     after a stop); citations renumbered in order of appearance."""
     checked = checker.check(raw, p.sources, user_text=user_text) if raw.strip() else None
     kept = checked.text if checked is not None and checked.supported_sentences else ""
-    model_reasons = bool(kept)
+    replaced: list[str] = []
+    if kept and checked is not None:
+        kept, replaced = faithful_reasons(kept, p, {q for _, q in checked.quoted_sentences})
+    model_reasons = bool(kept) and checked is not None and len(replaced) < checked.supported_sentences
     citations = dict(p.citations)
     if kept:
         for c in checked.citations if checked else []:
@@ -306,7 +359,8 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
     text, cites = _renumber(text, citations)
     by_chunk = {s.hit.chunk.id: s.hit for s in p.sources}
     diagnostics = {"selection": {"recommended": p.recommended, "model_reasons": model_reasons,
-                                 "removed_sentences": checked.removed_sentences if checked else []},
+                                 "removed_sentences": checked.removed_sentences if checked else [],
+                                 "replaced_by_facts": replaced},
                    "raw_answer": raw, "factual_sentences": checked.factual_sentences if checked else 0,
                    "supported_sentences": checked.supported_sentences if checked else 0}
     return SelectionResult(text, cites, diagnostics, [by_chunk[c.chunk_id] for c in cites if c.chunk_id in by_chunk])
