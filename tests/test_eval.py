@@ -202,6 +202,14 @@ def test_dataset_reads_the_real_sets() -> None:
     assert len(smoke.cases) == 12 and not smoke.problems
     advisor = load_set(REPO / "eval" / "advisor.jsonl")
     assert advisor.is_advisor and len(advisor.scenarios) == 24 and not advisor.problems
+    # every gold set loads whole (the blind test split too: a line skipped there would shrink it unnoticed)
+    sets = sorted((REPO / "eval").glob("*.jsonl")) + sorted((REPO / "eval" / "test").glob("*.jsonl"))
+    for path in (p for p in sets if p.name != "advisor_parse.jsonl"):  # the parser's set (test_advisor_parse.py)
+        g = load_set(path)
+        assert not g.problems, (path.name, g.problems[:3])
+        assert g.cases or g.is_advisor, path.name
+    blind = load_set(REPO / "eval" / "test" / "blind_selection.jsonl")
+    assert len(blind.cases) == 24 and all(c.accept and c.split == "test" for c in blind.cases)
 
 
 # ---- gate ----------------------------------------------------------------------------------------
