@@ -93,7 +93,7 @@ def _table_text(table: dict[str, Any]) -> str:
 
 def _print_rubric(lang: str, as_json: bool) -> None:
     r = load_rubric()
-    facts = [{"id": f.id, "candidate": f.candidate, "criterion": f.criterion, "when": f.when, "points": f.points,
+    facts: list[dict[str, Any]] = [{"id": f.id, "candidate": f.candidate, "criterion": f.criterion, "when": f.when, "points": f.points,
               "claim": f.claim[lang], "source": f.source, "query": f.query} for f in r.facts]
     if as_json:
         print(json.dumps({"weights": r.weights, "scale": r.scale, "criteria": r.criteria, "facts": facts},

@@ -326,7 +326,7 @@ class CitationChecker:
                 or _MARK.search(quote)  # a reference-list "[1]" would read as one of the answer's citations
                 or len(quote) > QUOTE_MAX_GROWTH * max(len(body), 1)
                 or lang != detect_language(body)
-                or missing_share(specific_terms(body), quote, frameworks | set(find_frameworks(quote)))
+                or missing_share(specific_terms(body), quote, set(frameworks) | set(find_frameworks(quote)))
                 or re.sub(r"\W", "", quote) == re.sub(r"\W", "", body)):
             return ""
         if quote[-1] not in "。！？；.!?;":

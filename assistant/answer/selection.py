@@ -118,7 +118,7 @@ def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: s
         lead, recommended = _recommend_lead(top, cite, lang)
         g = _guidance(top["reasons"])
         led = {g["text"]} if g else set()
-    reasons = []
+    reasons: list[tuple[str, int]] = []
     for r in top["reasons"]:
         if r["points"] > 0 and r["text"] not in led and len(reasons) < 3:
             n = cite(r)
@@ -154,7 +154,7 @@ def _guidance(reasons: list[dict[str, Any]]) -> dict[str, Any] | None:
     else the strongest positive one."""
     pos = [r for r in reasons if r["points"] > 0]
     article = [r for r in pos if "article" in r.get("source", "")]
-    return (article or pos or [None])[0]
+    return (article or pos)[0] if article or pos else None
 
 
 def _recommend_lead(top: dict[str, Any], cite: Callable[[dict[str, Any]], int], lang: str) -> tuple[str, list[str]]:
@@ -290,7 +290,7 @@ def _content_terms(text: str) -> set[str]:
     return out
 
 
-def faithful_reasons(text: str, p: SelectionPlan, quotes: set[str] = frozenset()) -> tuple[str, list[str]]:
+def faithful_reasons(text: str, p: SelectionPlan, quotes: frozenset[str] | set[str] = frozenset()) -> tuple[str, list[str]]:
     """The checked model text with each factual sentence that adds to its cited facts replaced by those facts (the
     Advisor's claims, each once); `quotes` are sentences the check already put in a passage's own words. Returns
     the text and the replaced sentences."""

@@ -23,7 +23,8 @@ from .runner import PASSAGE_CHARS, answer_sentences
 def extract_pairs(rows: list[dict[str, Any]], passage_text: Any, n: int, seed: int = 0,
                   swapped: float = 0.4) -> list[dict[str, Any]]:
     """Pairs as cited by the answer, and a share `swapped` of sentences paired with another case's passage."""
-    cited, pool = [], []
+    cited: list[dict[str, Any]] = []
+    pool: list[tuple[str, str]] = []  # (case id, chunk id)
     for r in rows:
         by_n = {c["n"]: c["chunk_id"] for c in r.get("citations", [])}
         for sent, refs in answer_sentences(r.get("answer", "")) if not r.get("refused") else []:

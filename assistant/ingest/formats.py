@@ -164,7 +164,8 @@ def load_pdf(data: bytes, stem: str) -> tuple[list[MappedSection], str, dict[str
 
     try:
         reader = PdfReader(io.BytesIO(data))
-        title = str((reader.metadata or {}).get("/Title") or "") or stem
+        meta: dict[str, Any] = dict(reader.metadata or {})
+        title = str(meta.get("/Title") or "") or stem
         pages = [p.extract_text() or "" for p in reader.pages]
     except (PdfReadError, ValueError, KeyError, TypeError, OSError) as e:
         raise ValueError(f"corrupt PDF: {e}") from None
