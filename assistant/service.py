@@ -402,7 +402,10 @@ class AssistantService:
         ttft_ms = (time.perf_counter() - t0) * 1000
         raw = ""
         model_ttft_ms = 0.0
-        checker = CitationChecker(self.embedder, config.support_threshold)
+        # no passage quotes here: a model reason that adds to its fact is shown as the Advisor's fact
+        # (selection.faithful_reasons), which is the quote's job on the fact path, and a quote there is the passage
+        # sentence nearest the claim with its neighbour, often about something else
+        checker = CitationChecker(self.embedder, config.support_threshold, quote_threshold=None)
         user_text = "\n".join([*user_turns, question])
         if plan.reasons:
             def keep_written(written: str) -> None:  # the consumer left: keep the recommendation and what was written

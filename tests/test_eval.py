@@ -15,6 +15,7 @@ from assistant.evaluate.gate import check
 from assistant.evaluate.gate import main as gate_main
 from assistant.evaluate.judge import CombinedJudge, ModelJudge, SupportJudge, parse_verdict
 from assistant.evaluate.report import write_report
+from assistant.evaluate.runner import answer_sentences
 from assistant.types import AnswerTrace, Chunk, Hit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -312,5 +313,9 @@ def test_eval_run_reports_the_loss_table(scripted_service, tmp_path: Path) -> No
         kept = sum(f["stage"] == "kept" for f in r["fact_loss"])
         if r["fact_loss"]:
             assert kept == pytest.approx(r["metrics"]["fact_recall"] * len(r["fact_loss"]))
+        # the sentences the judge rejected, listed per case, agree with the case's citation recall
+        n_sent = len(answer_sentences(r["answer"]))
+        if r["metrics"]["citation_recall"] is not None:
+            assert len(r["unsupported"]) == round((1 - r["metrics"]["citation_recall"]) * n_sent)
     page = (tmp_path / "b" / "report.html").read_text(encoding="utf-8")
     assert "Where key facts are lost" in page and "Where key facts are lost: difference" in page

@@ -195,21 +195,36 @@ def _plan(lang: str, reasons: list[tuple[str, int]], recommended: list[str]) -> 
 
 def test_a_model_reason_that_adds_to_its_fact_is_shown_as_the_fact():
     fact = "PyTorch's dynamic graph suits research and fast iteration."
-    p = _plan("en", [(fact, 2), ("PyTorch has the largest research community and most new papers.", 3)], ["PyTorch"])
-    # a restatement in other order and number stays the model's
+    community = "PyTorch has the largest research community and most new papers."
+    p = _plan("en", [(fact, 2), (community, 3)], ["PyTorch"])
+    # a restatement in other order and number stays the model's; the fact it did not restate follows
     kept, replaced = faithful_reasons("Research and fast iteration suit PyTorch's dynamic graphs [2].", p)
-    assert replaced == [] and kept == "Research and fast iteration suit PyTorch's dynamic graphs [2]."
-    # a verdict the fact does not state, and the user's situation merged in, give way to the facts cited
+    assert replaced == []
+    assert kept == "Research and fast iteration suit PyTorch's dynamic graphs [2]. " + community.rstrip(".") + "[3]."
+    # a verdict the fact does not state, and the user's situation merged in, give way to the facts
     text = ("Its dynamic graph suits research, so you should choose PyTorch [2]. "
             "For your team of five on two GPUs with a tight budget, the community helps [3].")
     kept, replaced = faithful_reasons(text, p)
-    assert kept == fact.rstrip(".") + "[2]. PyTorch has the largest research community and most new papers[3]."
+    assert kept == fact.rstrip(".") + "[2]. " + community.rstrip(".") + "[3]."
     assert len(replaced) == 2
-    # a sentence with no cited fact is dropped; a fact is shown once
-    kept, _ = faithful_reasons("Bananas are yellow and ripe in summer [9]. Dynamic graph, so the best one [2]. "
-                               "It is the best for research [2].", p)
-    assert kept == fact.rstrip(".") + "[2]."
+    # a sentence with no cited fact goes; after a stop nothing is added
+    kept, replaced = faithful_reasons("Bananas are yellow and ripe in summer [9]. It is the best for research [2].", p,
+                                      complete=False)
+    assert kept == "" and len(replaced) == 2
+    # two facts from one passage: each is shown once, whichever the model restated
+    shared = _plan("en", [(fact, 1), (community, 1)], ["PyTorch"])
+    kept, _ = faithful_reasons("PyTorch has the largest research community and the most new papers [1].", shared)
+    assert kept == "PyTorch has the largest research community and the most new papers [1]. " + fact.rstrip(".") + "[1]."
     zh = _plan("zh", [("PyTorch 的动态图适合研究和快速迭代。", 1)], ["PyTorch"])
-    assert faithful_reasons("PyTorch 的动态图适合快速迭代的研究[1]。", zh)[1] == []
+    assert faithful_reasons("PyTorch 的动态图适合快速迭代的研究[1]。", zh) == ("PyTorch 的动态图适合快速迭代的研究[1]。", [])
     kept, replaced = faithful_reasons("PyTorch 的动态图适合研究，因此推荐你们的五人团队选择它[1]。", zh)
     assert kept == "PyTorch 的动态图适合研究和快速迭代[1]。" and replaced
+
+
+def test_a_lead_keeps_a_frameworks_name_as_written():
+    from assistant.answer.selection import _lower_first
+
+    assert _lower_first("TensorFlow's distributed training is mature.") == "TensorFlow's distributed training is mature."
+    assert _lower_first("Megatron-LM scales") == "Megatron-LM scales" and _lower_first("JAX works") == "JAX works"
+    assert _lower_first("Official PyTorch builds") == "official PyTorch builds"
+    assert _lower_first("文章指出") == "文章指出"

@@ -145,15 +145,16 @@ def _claim(reason: dict[str, Any]) -> str:
         _, sep, tail = text.partition("；" if "；" in text else "; ")
         if sep and tail.strip():
             text = tail.strip()
-            text = text[:1].upper() + text[1:] if text[:1].isascii() else text
-    return text
+    return text[:1].upper() + text[1:] if text[:1].isascii() else text  # a sentence of its own ("if the model ...")
 
 
 def _guidance(reasons: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The reason that states the guidance the recommendation follows: the strongest positive one from the article,
-    else the strongest positive one."""
+    """The reason that states the guidance the recommendation follows: the strongest positive one from the article
+    that says something of this candidate, else the strongest positive one. A team fact ("the article names the
+    team's stack as the first consideration") leads only when nothing else does: it is about every candidate, so
+    "We recommend X: <it>" says nothing of X that its passage states; it follows as a reason of its own."""
     pos = [r for r in reasons if r["points"] > 0]
-    article = [r for r in pos if "article" in r.get("source", "")]
+    article = sorted((r for r in pos if "article" in r.get("source", "")), key=lambda r: r.get("criterion") == "team")
     return (article or pos)[0] if article or pos else None
 
 
@@ -188,7 +189,9 @@ def _tie_lead(advice: dict[str, Any], tied: list[dict[str, Any]], cite: Callable
 
 
 def _lower_first(text: str) -> str:
-    return text[:1].lower() + text[1:] if text[:2].isalpha() and not text[:2].isupper() else text
+    """"Official builds ..." -> "official builds ..."; a name stays ("TensorFlow's ...", "JAX", "Megatron-LM")."""
+    word = re.match(r"[A-Za-z][A-Za-z'’\-]*", text)
+    return text[:1].lower() + text[1:] if word and not any(c.isupper() for c in word.group(0)[1:]) else text
 
 
 def _end(sentence: str, n: int) -> str:
@@ -276,7 +279,7 @@ def messages(p: SelectionPlan, question: str) -> list[dict[str, str]]:
 # judge rejected (docs/evaluation.md, twelfth session) added a verdict ("so you should choose X"), merged in the
 # user's situation or joined words of no cited fact. Such a sentence's passage may still score above the support
 # floor, since the fact's words are in it; so it is measured against the facts it cites, within one language.
-NOVELTY_MAX = 0.34  # share of a sentence's content words that none of its cited facts (or the names) has
+NOVELTY_MAX = 0.25  # share of a sentence's content words that none of its cited facts (or the names) has
 _VERDICT = re.compile(r"\b(?:should|recommend\w*|choose|chosen|best|ideal|perfect|go with|right choice)\b"
                       r"|推荐|应该|应当|首选|最适合|最好|建议|更适合|最佳", re.IGNORECASE)
 
@@ -290,33 +293,35 @@ def _content_terms(text: str) -> set[str]:
     return out
 
 
-def faithful_reasons(text: str, p: SelectionPlan, quotes: frozenset[str] | set[str] = frozenset()) -> tuple[str, list[str]]:
-    """The checked model text with each factual sentence that adds to its cited facts replaced by those facts (the
-    Advisor's claims, each once); `quotes` are sentences the check already put in a passage's own words. Returns
-    the text and the replaced sentences."""
-    claims = {n: claim for claim, n in p.reasons}
+def faithful_reasons(text: str, p: SelectionPlan, quotes: frozenset[str] | set[str] = frozenset(),
+                     complete: bool = True) -> tuple[str, list[str]]:
+    """The checked model text without the factual sentences that add to the facts they cite, then (when
+    `complete`, i.e. the answer was not stopped) every deciding fact that no kept sentence restates, in the
+    Advisor's words; `quotes` are sentences the check put in a passage's own words. Returns the text and the
+    sentences that gave way."""
+    by_n: dict[int, list[str]] = {}
+    for claim, n in p.reasons:
+        by_n.setdefault(n, []).append(claim)
     names = _content_terms(" ".join(p.recommended))
     out: list[str] = []
-    shown: set[int] = set()
+    shown: set[str] = set()  # facts a kept sentence restates
     replaced: list[str] = []
     for sentence in split_sentences(text):
         plain, nums = parse_markers(sentence)
         if not nums or not is_factual(plain) or plain in quotes:
             out.append(sentence)
-            shown.update(n for n in nums if n in claims)
             continue
-        cited = [n for n in nums if n in claims]
-        basis = " ".join(claims[n] for n in cited)
+        basis = [c for n in dict.fromkeys(nums) for c in by_n.get(n, [])]
         terms = _content_terms(plain) - names
-        new = terms - _content_terms(basis)
-        verdict = bool(_VERDICT.search(plain)) and not _VERDICT.search(basis)
-        if cited and not verdict and len(new) <= NOVELTY_MAX * max(1, len(terms)):
+        new = terms - _content_terms(" ".join(basis))
+        verdict = bool(_VERDICT.search(plain)) and not any(_VERDICT.search(c) for c in basis)
+        if basis and not verdict and len(new) <= NOVELTY_MAX * max(1, len(terms)):
             out.append(sentence)
-            shown.update(cited)
+            shown.add(max(basis, key=lambda c: len(terms & _content_terms(c))))  # the fact it restates
             continue
         replaced.append(plain)
-        out.extend(_end(claims[n], n) for n in cited if n not in shown)
-        shown.update(cited)
+    if complete:
+        out.extend(_end(claim, n) for claim, n in p.reasons if claim not in shown)
     return (" " if p.lang == "en" else "").join(x.strip() for x in out), replaced
 
 
@@ -337,7 +342,7 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
     kept = checked.text if checked is not None and checked.supported_sentences else ""
     replaced: list[str] = []
     if kept and checked is not None:
-        kept, replaced = faithful_reasons(kept, p, {q for _, q in checked.quoted_sentences})
+        kept, replaced = faithful_reasons(kept, p, {q for _, q in checked.quoted_sentences}, complete=not stopped)
     model_reasons = bool(kept) and checked is not None and len(replaced) < checked.supported_sentences
     citations = dict(p.citations)
     if kept:

@@ -90,8 +90,21 @@ def evaluate_case(service: Answerer, case: EvalCase, entail: Any, set_name: str 
                retrieved=ranked[:5], usage=answer.usage,
                raw_answer=(answer.diagnostics or {}).get("raw_answer", ""))
     row["metrics"] = score_answer(case, answer, ranked, _source_paths(service, answer), entail)
+    row["unsupported"] = [] if answer.refused else unsupported_sentences(answer, entail)
     row["fact_loss"] = classify(case.answer_facts, answer.trace)
     return row
+
+
+def unsupported_sentences(answer: Answer, entail: Any) -> list[dict[str, Any]]:
+    """The factual sentences the judge did not find supported by their cited passages (none cited counts), for
+    reading a run case by case; the judge's verdicts are cached, so this asks it nothing new."""
+    passages = {i + 1: h.chunk.text[:PASSAGE_CHARS] for i, h in enumerate(answer.sources)}
+    out = []
+    for text, refs in answer_sentences(answer.answer):
+        refs = list(dict.fromkeys(refs))
+        if not (refs and all(r in passages for r in refs) and entail("\n".join(passages[r] for r in refs), text)):
+            out.append({"sentence": text, "cited": refs})
+    return out
 
 
 def score_answer(case: EvalCase, answer: Answer, ranked: list[str], source_paths: dict[int, str],
