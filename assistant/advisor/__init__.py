@@ -145,7 +145,7 @@ _VALUE_LABELS = {"zh": {"cpu": "仅 CPU", "few_gpus": "少量 GPU", "gpu_cluster
                         "research": "研究", "prototype": "原型验证", "production": "规模化生产", "localisation": "国产化",
                         "mobile": "移动端部署"},
                  "en": {"cpu": "CPU only", "few_gpus": "a few GPUs", "gpu_cluster": "a GPU cluster", "tpu": "TPUs",
-                        "npu": "NPUs (e.g. Ascend)", "research": "research", "prototype": "a prototype",
+                        "npu": "NPUs such as Ascend", "research": "research", "prototype": "a prototype",
                         "production": "production", "localisation": "localisation", "mobile": "mobile deployment"}}
 
 
