@@ -293,12 +293,11 @@ def _content_terms(text: str) -> set[str]:
     return out
 
 
-def faithful_reasons(text: str, p: SelectionPlan, quotes: frozenset[str] | set[str] = frozenset(),
-                     complete: bool = True) -> tuple[str, list[str]]:
+def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tuple[str, list[str]]:
     """The checked model text without the factual sentences that add to the facts they cite, then (when
     `complete`, i.e. the answer was not stopped) every deciding fact that no kept sentence restates, in the
-    Advisor's words; `quotes` are sentences the check put in a passage's own words. Returns the text and the
-    sentences that gave way."""
+    Advisor's words. Returns the text and the sentences that gave way. (The selection check makes no passage quotes,
+    service._selection_events, so every kept sentence is the model's.)"""
     by_n: dict[int, list[str]] = {}
     for claim, n in p.reasons:
         by_n.setdefault(n, []).append(claim)
@@ -308,7 +307,7 @@ def faithful_reasons(text: str, p: SelectionPlan, quotes: frozenset[str] | set[s
     replaced: list[str] = []
     for sentence in split_sentences(text):
         plain, nums = parse_markers(sentence)
-        if not nums or not is_factual(plain) or plain in quotes:
+        if not nums or not is_factual(plain):
             out.append(sentence)
             continue
         basis = [c for n in dict.fromkeys(nums) for c in by_n.get(n, [])]
@@ -342,7 +341,7 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
     kept = checked.text if checked is not None and checked.supported_sentences else ""
     replaced: list[str] = []
     if kept and checked is not None:
-        kept, replaced = faithful_reasons(kept, p, {q for _, q in checked.quoted_sentences}, complete=not stopped)
+        kept, replaced = faithful_reasons(kept, p, complete=not stopped)
     model_reasons = bool(kept) and checked is not None and len(replaced) < checked.supported_sentences
     citations = dict(p.citations)
     if kept:

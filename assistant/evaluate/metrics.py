@@ -113,7 +113,7 @@ def alce_citation_scores(sentences: Sequence[tuple[str, list[int]]], passages: d
     for text, refs in sentences:
         refs = list(dict.fromkeys(refs))
         total += len(refs)
-        joint = bool(refs) and all(r in passages for r in refs) and entail(_join(passages, refs), text)
+        joint = cited_support(text, refs, passages, entail)
         supported += joint
         if joint and len(refs) > 1:
             for r in refs:
@@ -125,6 +125,11 @@ def alce_citation_scores(sentences: Sequence[tuple[str, list[int]]], passages: d
     recall = supported / len(sentences)
     precision = needed / total if total else None
     return recall, precision
+
+
+def cited_support(text: str, refs: Sequence[int], passages: dict[int, str], entail: Entail) -> bool:
+    """The sentence is cited and its cited passages, joined, entail it (ALCE's per-sentence recall)."""
+    return bool(refs) and all(r in passages for r in refs) and entail(_join(passages, refs), text)
 
 
 def _join(passages: dict[int, str], refs: Sequence[int]) -> str:

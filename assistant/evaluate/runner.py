@@ -90,7 +90,7 @@ def evaluate_case(service: Answerer, case: EvalCase, entail: Any, set_name: str 
                retrieved=ranked[:5], usage=answer.usage,
                raw_answer=(answer.diagnostics or {}).get("raw_answer", ""))
     row["metrics"] = score_answer(case, answer, ranked, _source_paths(service, answer), entail)
-    row["unsupported"] = [] if answer.refused else unsupported_sentences(answer, entail)
+    row["unsupported"] = [] if answer.refused else unsupported_sentences(answer, entail)  # verdicts cached
     row["fact_loss"] = classify(case.answer_facts, answer.trace)
     return row
 
@@ -98,13 +98,14 @@ def evaluate_case(service: Answerer, case: EvalCase, entail: Any, set_name: str 
 def unsupported_sentences(answer: Answer, entail: Any) -> list[dict[str, Any]]:
     """The factual sentences the judge did not find supported by their cited passages (none cited counts), for
     reading a run case by case; the judge's verdicts are cached, so this asks it nothing new."""
-    passages = {i + 1: h.chunk.text[:PASSAGE_CHARS] for i, h in enumerate(answer.sources)}
-    out = []
-    for text, refs in answer_sentences(answer.answer):
-        refs = list(dict.fromkeys(refs))
-        if not (refs and all(r in passages for r in refs) and entail("\n".join(passages[r] for r in refs), text)):
-            out.append({"sentence": text, "cited": refs})
-    return out
+    passages = judged_passages(answer)
+    return [{"sentence": text, "cited": list(dict.fromkeys(refs))} for text, refs in answer_sentences(answer.answer)
+            if not M.cited_support(text, list(dict.fromkeys(refs)), passages, entail)]
+
+
+def judged_passages(answer: Answer) -> dict[int, str]:
+    """What the judge reads for each [n]: the first PASSAGE_CHARS of its passage."""
+    return {i + 1: h.chunk.text[:PASSAGE_CHARS] for i, h in enumerate(answer.sources)}
 
 
 def score_answer(case: EvalCase, answer: Answer, ranked: list[str], source_paths: dict[int, str],
@@ -129,8 +130,7 @@ def score_answer(case: EvalCase, answer: Answer, ranked: list[str], source_paths
     cited = [source_paths[n] for n in M.citation_markers(answer.answer) if n in source_paths]
     m["citation_source_hit"] = M.citation_source_hit(cited, case.source_files)
     sentences = answer_sentences(answer.answer)
-    passages = {i + 1: h.chunk.text[:PASSAGE_CHARS] for i, h in enumerate(answer.sources)}
-    m["citation_recall"], m["citation_precision"] = M.alce_citation_scores(sentences, passages, entail)
+    m["citation_recall"], m["citation_precision"] = M.alce_citation_scores(sentences, judged_passages(answer), entail)
     if case.accept:  # the recommendation leads, and every cited reason is supported by its passage
         m["selection_pass"] = float(bool(m["selection_lead"]) and m["citation_recall"] == 1.0)
     return m
