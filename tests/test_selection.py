@@ -182,7 +182,7 @@ def test_selection_set_is_well_formed():
 
     gold = load_set(Path(__file__).resolve().parents[1] / "eval/gold_selection.jsonl")
     assert not gold.problems and len(gold.cases) >= 40
-    assert {c.lang for c in gold.cases} == {"zh", "en"} and {c.split for c in gold.cases} == {"dev", "test"}
+    assert {c.lang for c in gold.cases} == {"zh", "en"} and {c.split for c in gold.cases} == {"dev"}
     names = {"PyTorch", "TensorFlow", "PaddlePaddle", "JAX", "PyTorch + DeepSpeed", "PyTorch + Megatron-LM", "Colossal-AI"}
     assert all(c.kind == "selection" and set(c.accept) <= names for c in gold.cases)
     with pytest.raises(ValueError, match="accept"):
@@ -219,6 +219,31 @@ def test_a_model_reason_that_adds_to_its_fact_is_shown_as_the_fact():
     assert faithful_reasons("PyTorch 的动态图适合快速迭代的研究[1]。", zh) == ("PyTorch 的动态图适合快速迭代的研究[1]。", [])
     kept, replaced = faithful_reasons("PyTorch 的动态图适合研究，因此推荐你们的五人团队选择它[1]。", zh)
     assert kept == "PyTorch 的动态图适合研究和快速迭代[1]。" and replaced
+
+
+def test_a_model_reason_that_moves_a_fact_to_another_framework_gives_way():
+    fact = "PyTorch supports distributed training natively through torch.distributed and integrates well with FSDP."
+    p = _plan("en", [(fact, 3)], ["PyTorch", "PaddlePaddle"])
+    text = "PaddlePaddle supports distributed training natively through torch.distributed and integrates well with FSDP [3]."
+    kept, replaced = faithful_reasons(text, p)
+    assert replaced == [text.replace(" [3]", "")] and kept == fact.rstrip(".") + "[3]."
+    # the recommendation's own names may join its fact's ("PyTorch + DeepSpeed" on DeepSpeed's fact)
+    ds = _plan("en", [("DeepSpeed suits fine-tuning large language models with small code changes.", 1)],
+               ["PyTorch + DeepSpeed"])
+    assert faithful_reasons("PyTorch + DeepSpeed suits fine-tuning large language models with small code changes [1].",
+                            ds)[1] == []
+
+
+def test_every_rubric_fact_is_one_sentence_in_the_answer():
+    """A fact shown as "A；B[n]" is two sentences to the citation check and the eval, the first uncited."""
+    from assistant.advisor.rubric import load_rubric
+    from assistant.answer.selection import _claim, _end
+    from assistant.text import split_sentences
+
+    for fact in load_rubric().facts:
+        for lang in ("zh", "en"):
+            text = _end(_claim({"text": fact.claim[lang].replace("{base}", "PyTorch"), "criterion": fact.criterion}), 1)
+            assert len(split_sentences(text)) == 1, (fact.id, lang, text)
 
 
 def test_a_lead_keeps_a_frameworks_name_as_written():

@@ -25,7 +25,8 @@ _STRONG = {
            r"\bshould (we|i) (use|choose|pick|go with|start with|switch|adopt|stick with)|"
            r"\b(best|right|better|ideal|recommended) (framework|stack|choice|option|tool)s? (for|to)\b|"
            r"\b(do|would|can) you recommend|\brecommend (me|us|a|one|something)\b|\bwhat (do|would) you (recommend|suggest)|"
-           r"\bwhich is (better|best|more suitable)|\bwhat should (we|i) (choose|use|pick|go with)"),
+           r"\bwhich is (better|best|more suitable)|\bwhat should (we|i) (choose|use|pick|go with)|"
+           r"\b(your |a |any )?recommendations?\s*[?？]\s*$"),
 }
 _WEAK = {
     "zh": r"用什么|适合|合适|能用|该用|应该用|怎么办|怎么做|有什么(建议|推荐)|建议",

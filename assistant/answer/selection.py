@@ -145,6 +145,7 @@ def _claim(reason: dict[str, Any]) -> str:
         _, sep, tail = text.partition("；" if "；" in text else "; ")
         if sep and tail.strip():
             text = tail.strip()
+    text = text.replace("；", "，")  # one sentence ("A；B[n]" splits, and its first half would stand uncited)
     return text[:1].upper() + text[1:] if text[:1].isascii() else text  # a sentence of its own ("if the model ...")
 
 
@@ -243,7 +244,7 @@ def situation_line(sc: dict[str, Any], lang: str) -> str:
         parts.append(_DOMAIN[lang].get(sc["domain"], sc["domain"]))
     parts += [_GOAL[lang][g] for g in sc.get("goals", []) if g in _GOAL[lang]]
     if not parts:
-        return ("按一般情况（没有说明团队、阶段和硬件；补充这些会让推荐更准）：" if zh else
+        return ("按一般情况（没有说明团队、阶段和硬件，补充这些会让推荐更准）：" if zh else
                 "For a general case (no team, stage or hardware was given; adding them sharpens the advice):")
     return (f"按你描述的情况（{'、'.join(parts)}）：" if zh else f"For your situation ({', '.join(parts)}):")
 
@@ -314,7 +315,7 @@ def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tupl
         terms = _content_terms(plain) - names
         new = terms - _content_terms(" ".join(basis))
         verdict = bool(_VERDICT.search(plain)) and not any(_VERDICT.search(c) for c in basis)
-        if basis and not verdict and len(new) <= NOVELTY_MAX * max(1, len(terms)):
+        if basis and not verdict and len(new) <= NOVELTY_MAX * max(1, len(terms)) and _same_subject(plain, basis, p):
             out.append(sentence)
             shown.add(max(basis, key=lambda c: len(terms & _content_terms(c))))  # the fact it restates
             continue
@@ -322,6 +323,19 @@ def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tupl
     if complete:
         out.extend(_end(claim, n) for claim, n in p.reasons if claim not in shown)
     return (" " if p.lang == "en" else "").join(x.strip() for x in out), replaced
+
+
+def _same_subject(sentence: str, basis: list[str], p: SelectionPlan) -> bool:
+    """The frameworks a sentence names are those its cited facts name (or, for facts that name none, the
+    recommendation): "PaddlePaddle supports distributed training through torch.distributed [PyTorch's fact]" has
+    every word of its fact, yet moves it to another framework."""
+    named = set(find_frameworks(sentence))
+    allowed = set(find_frameworks(" ".join(basis))) or set(find_frameworks(" ".join(p.recommended)))
+    for name in p.recommended:  # "PyTorch + DeepSpeed suits ..." on DeepSpeed's fact; not the other side of a tie
+        stack = set(find_frameworks(name))
+        if stack & allowed:
+            allowed |= stack
+    return named <= allowed
 
 
 @dataclass
