@@ -130,6 +130,8 @@ class Settings(BaseSettings):
     # retrieval and answers
     top_k: int = 5
     context_token_budget: int = 225  # chosen from the measured recall-vs-prompt curve: docs/performance.md
+    several_token_budget: int = Field(450, ge=0, le=4000, description="Evidence budget (tokens) of a question that "
+                                      "asks for a list or a comparison (answer/evidence.py); 0: the same as above")
     evidence_floor: float = Field(0.3, ge=0.0, le=1.0,
                                   description="Evidence sentences scoring under this share of the best one stay out")
     dense_weight: float = 0.2

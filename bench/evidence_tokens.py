@@ -1,9 +1,10 @@
 """Evidence selection without the model's answers: prompt size against how often the expected facts are in it.
 
-    python bench/evidence_tokens.py --index-dir <index> [--configs 0:250 0.3:225 0.4:225] [--json OUT]
+    python bench/evidence_tokens.py --index-dir <index> [--configs 0:250 0.3:225 0.3:225:450] [--json OUT]
 
-For each configuration FLOOR:BUDGET (assistant/answer/evidence.py: sentences scoring under FLOOR x the best
-one stay out; BUDGET tokens of evidence at most) it builds the product's prompt for every answerable question of
+For each configuration FLOOR:BUDGET[:SEVERAL] (assistant/answer/evidence.py: sentences scoring under FLOOR x the
+best one stay out; BUDGET tokens of evidence at most; SEVERAL tokens and every retrieved passage for a question
+that asks for a list or a comparison, prompt.asks_for_several, with its hint in the prompt) it builds the product's prompt for every answerable question of
 bench/data/speed.jsonl, eval/gold_fact.jsonl and eval/gold_recommend.jsonl and prints the user message's
 tokens (the part of the prompt not in the KV cache: what the first token waits for), p50 over all questions and
 over the 20 speed-benchmark questions, and "facts in evidence": the share of each question's expected key facts
@@ -24,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from assistant.answer.evidence import select_evidence  # noqa: E402
 from assistant.answer.policy import decide  # noqa: E402
-from assistant.answer.prompt import build_messages  # noqa: E402
+from assistant.answer.prompt import SEVERAL_HINT, asks_for_several, build_messages  # noqa: E402
 from assistant.lang import detect_language  # noqa: E402
 from assistant.service import AssistantService  # noqa: E402
 from assistant.settings import load_settings  # noqa: E402
@@ -35,8 +36,8 @@ SETS = ["bench/data/speed.jsonl", "eval/gold_fact.jsonl", "eval/gold_recommend.j
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--index-dir", required=True)
-    ap.add_argument("--configs", nargs="+", default=["0:250", "0.3:225", "0.4:225"],
-                    help="FLOOR:BUDGET pairs")
+    ap.add_argument("--configs", nargs="+", default=["0.3:225", "0.3:225:450"],
+                    help="FLOOR:BUDGET[:SEVERAL] triples")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     svc = AssistantService(load_settings(index_dir=Path(args.index_dir)))
@@ -53,24 +54,40 @@ def main() -> int:
     print(f"{len(cases)} answerable questions")
     print("floor  budget  user tokens p50 (all / speed set)  mean  facts in evidence")
     for spec in args.configs:
-        floor, budget = float(spec.split(":")[0]), int(spec.split(":")[1])
-        toks, speed, present = [], [], []
+        parts = spec.split(":")
+        floor, budget, several = float(parts[0]), int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
+        toks, speed, present, present_several, toks_several = [], [], [], [], []
         for q, hits in cases:
-            src = select_evidence(q["question"], hits, count, budget, embedder=svc.embedder, floor=floor)
+            many = bool(several) and asks_for_several(q["question"])
+            src = select_evidence(q["question"], hits, count, several if many else budget,
+                                  max_sources=5 if many else 4, embedder=svc.embedder, floor=floor)
             text = " ".join(s.text for s in src).lower()
             facts = q.get("answer_facts") or []
-            if facts:
-                present.append(sum(any(a.lower() in text for a in f.split("|")) for f in facts) / len(facts))
-            n = count(build_messages(q["question"], src, detect_language(q["question"]))[-1]["content"])
+            share = sum(any(a.lower() in text for a in f.split("|")) for f in facts) / len(facts) if facts else None
+            user = build_messages(q["question"], src, detect_language(q["question"]))[-1]["content"]
+            if not several:  # the baseline prompt has no hint
+                user = user.replace("\n\n" + SEVERAL_HINT[detect_language(q["question"])], "")
+            n = count(user)
             toks.append(n)
+            if share is not None:
+                present.append(share)
+            if asks_for_several(q["question"]):
+                toks_several.append(n)
+                if share is not None:
+                    present_several.append(share)
             if q["id"].startswith("speed"):
                 speed.append(n)
-        row = {"floor": floor, "budget": budget, "user_tokens_p50": statistics.median(toks),
+        row = {"floor": floor, "budget": budget, "several_budget": several, "user_tokens_p50": statistics.median(toks),
                "speed_set_user_tokens_p50": statistics.median(speed), "user_tokens_mean": statistics.mean(toks),
-               "facts_in_evidence": statistics.mean(present), "questions": len(cases)}
+               "facts_in_evidence": statistics.mean(present), "questions": len(cases),
+               "several_questions": len(toks_several),
+               "several_user_tokens_p50": statistics.median(toks_several) if toks_several else None,
+               "several_facts_in_evidence": statistics.mean(present_several) if present_several else None}
         rows.append(row)
-        print(f"{floor:5.2f}  {budget:6d}  {row['user_tokens_p50']:7.1f} / {row['speed_set_user_tokens_p50']:6.1f}"
-              f"                {row['user_tokens_mean']:6.1f}  {row['facts_in_evidence']:.3f}", flush=True)
+        print(f"{floor:5.2f}  {budget:6d}:{several:<4d} {row['user_tokens_p50']:7.1f} / "
+              f"{row['speed_set_user_tokens_p50']:6.1f}                {row['user_tokens_mean']:6.1f}  "
+              f"{row['facts_in_evidence']:.3f}   list/comparison questions ({len(toks_several)}): tokens p50 "
+              f"{row['several_user_tokens_p50']}, facts in evidence {row['several_facts_in_evidence']}", flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")

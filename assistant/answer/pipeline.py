@@ -23,7 +23,9 @@ from ..types import Citation, Hit
 from .citations import CitationChecker, quoted_answer
 from .evidence import best_sentence, select_evidence
 from .policy import refusal_text
-from .prompt import Source
+from .prompt import Source, asks_for_several
+
+SEVERAL_MAX_SOURCES = 5  # every retrieved passage (settings.top_k) for a list or comparison question
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,12 @@ class PipelineConfig:
     support_threshold: float
     max_answer_tokens: int
     temperature: float
+    several_token_budget: int = 0  # a list or comparison question's budget (evidence.asks_for_several); 0: the same
 
     @classmethod
     def from_settings(cls, settings: Any) -> PipelineConfig:
         return cls(context_token_budget=settings.context_token_budget, evidence_floor=settings.evidence_floor,
+                   several_token_budget=settings.several_token_budget,
                    support_threshold=settings.support_threshold, max_answer_tokens=settings.max_answer_tokens,
                    temperature=settings.temperature)
 
@@ -65,7 +69,11 @@ class Result:
 
 def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_tokens: Callable[[str], int],
              embedder: Embedder) -> list[Source]:
-    """The evidence an answer's prompt carries for these hits, within the token budget and above the floor."""
+    """The evidence an answer's prompt carries for these hits, within the token budget and above the floor; a
+    question asking for several things gets the larger budget and every retrieved passage."""
+    if config.several_token_budget and asks_for_several(question):
+        return select_evidence(question, hits, count_tokens, config.several_token_budget,
+                               max_sources=SEVERAL_MAX_SOURCES, embedder=embedder, floor=config.evidence_floor)
     return select_evidence(question, hits, count_tokens, config.context_token_budget, embedder=embedder,
                            floor=config.evidence_floor)
 

@@ -26,6 +26,20 @@ _RECOMMEND = re.compile(
     re.IGNORECASE,
 )
 
+# A question that asks for several things (a list, a comparison, "which ... are"): its facts sit in several passages
+# or in one long list, which the short budget cuts (the loss table's "cut by the evidence budget"). It gets the
+# larger budget and every retrieved passage; a single fact keeps the short prompt the first token waits for.
+_SEVERAL = re.compile(
+    r"哪些|哪几|几(个|种|类|点|项|步|大|方面|阶段|部分|层)|分别|区别|差异|异同|不同之处|对比|比较|相比|优缺点|优劣|列举|各自|"
+    r"\b(what|which) (are|were)\b|\blist\b|\bcompar(e|es|ed|ing|ison)\b|\bdifferen(ce|ces|t)\b|\bversus\b|\bvs\.?(?=\s)|"
+    r"\bpros and cons\b|\b(each|both)\b|\bhow many\b|\b(main|key) (\w+ )?(\w+s)\b", re.IGNORECASE)
+
+
+def asks_for_several(question: str) -> bool:
+    """The question asks for a list or a comparison ("有哪些……", "区别", "What are the stages ...", "X vs Y")."""
+    return bool(_SEVERAL.search(question))
+
+
 CRITERIA_HINT = {
     "zh": "这是一个选型问题：请按文章的标准（团队熟悉什么、项目阶段、硬件环境、长期目标）给出推荐，并说明理由。",
     "en": "This is a selection question: recommend following the article's criteria (what the team knows, "
@@ -33,6 +47,8 @@ CRITERIA_HINT = {
 }
 ANSWER_IN = {"zh": "用简体中文回答，每句后标注来源 [n]。", "en": "Answer in English and cite [n] after each sentence."}
 ANSWER_LAST = {"zh": "用简体中文回答。", "en": "Answer in English."}
+SEVERAL_HINT = {"zh": "问题问的是多项内容：来源中提到的每一项都要写出。",
+                "en": "The question asks for several items: give every one the sources name."}
 
 
 # An opening or closing fence tag in any case and spacing ("</sources>", "< / SOURCES >", "<sources id=x>").
@@ -74,6 +90,8 @@ def build_messages(question: str, sources: list[Source], lang: str,
     parts = [ANSWER_IN[lang], f"<sources>\n{body}\n</sources>", f"Question: {question}"]
     if is_recommendation(question):
         parts.append(CRITERIA_HINT[lang])
+    elif asks_for_several(question):
+        parts.append(SEVERAL_HINT[lang])
     parts.append(ANSWER_LAST[lang])  # a short reminder last: small models drift into the sources' language
     msgs = [{"role": "system", "content": SYSTEM_PROMPT}]
     for m in history or []:
