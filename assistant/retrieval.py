@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,9 @@ class RetrievalParams:
     mode: str = "hybrid"  # "hybrid" | "dense" | "bm25"
     expand_dense: bool = True  # also embed the query with its cross-language terms; keep the better cosine
     article_boost: float = 0.1  # "according to the article" / "文章中" points at the reference article
+    # passages of the frameworks a question names that join the candidates whatever their rank overall: among
+    # 2,000 chunks another framework's pages with the same words ("distributed training API") can take every place
+    named_candidates: int = 10
 
 
 class Retriever:
@@ -53,6 +56,7 @@ class Retriever:
         self.embedder = embedder
         self.params = params or RetrievalParams()
         self._vectors = self._load_vectors()
+        self._rows_of: dict[str, list[int]] = {}
 
     def _load_vectors(self) -> np.ndarray:
         """Every chunk's vector, in the order of `snap.chunks` (one bulk read at start-up)."""
@@ -109,15 +113,31 @@ class Retriever:
         vecs = [qvec, self.embedder.query(query + " " + " ".join(extra[:12]))] if extra else [qvec]
         return vecs + [self.embedder.query(translation)] if translation else vecs
 
-    def _keyword_hits(self, tokens: list[str], filters: Filters) -> dict[int, float]:
-        """BM25 scores of the best `candidates` rows that pass the filters."""
+    def _keyword_hits(self, tokens: list[str], filters: Filters, want: int = 0, depth: int = 3) -> dict[int, float]:
+        """BM25 scores of the best `want` (default `candidates`) rows that pass the filters, among the best
+        `candidates` x `depth` overall."""
+        want = want or self.params.candidates
         kw: dict[int, float] = {}
-        for row, s in self.snap.keyword.search(tokens, k=self.params.candidates * 3):
+        for row, s in self.snap.keyword.search(tokens, k=self.params.candidates * depth):
             if filters.accepts(self.snap.chunks[row]):
                 kw[row] = s
-                if len(kw) >= self.params.candidates:
+                if len(kw) >= want:
                     break
         return kw
+
+    def _named_rows(self, qvec: np.ndarray, fws: list[str], filters: Filters) -> set[int]:
+        """The `named_candidates` best rows by meaning among the passages of the named frameworks."""
+        if not self._rows_of:  # framework -> its rows, built once per snapshot
+            for i, c in enumerate(self.snap.chunks):
+                for fw in c.frameworks:
+                    self._rows_of.setdefault(fw, []).append(i)
+        named = sorted({r for fw in fws for r in self._rows_of.get(fw, [])})
+        rows = np.array([r for r in named if filters.accepts(self.snap.chunks[r])], dtype=np.int64)
+        if not len(rows):
+            return set()
+        sims = self._vectors[rows] @ qvec
+        top = np.argsort(-sims)[: self.params.named_candidates]
+        return {int(rows[i]) for i in top}
 
     def _ranked(self, query: str, qvecs: list[np.ndarray], k: int, filters: Filters,
                 fws: list[str], translation: str | None = None) -> list[Hit]:
@@ -128,11 +148,16 @@ class Retriever:
         if p.mode != "bm25":
             for cid, _sim in self.snap.store.query(qvec, p.candidates, where_clause(filters)):
                 rows.add(self.snap.row_of[cid])
+            if fws and p.named_candidates and not filters.framework:
+                rows |= self._named_rows(qvec, fws, filters)
         kw: dict[int, float] = {}
         kw_other = kw  # keyword scores of passages in the other language
         if p.mode != "dense":
             tokens = tokenize(query) + [t for term in expand_terms(query) for t in tokenize(term)]
             kw = kw_other = self._keyword_hits(tokens, filters)
+            if fws and p.named_candidates and not filters.framework:
+                kw.update(self._keyword_hits(tokens, replace(filters, framework=tuple(fws)), p.named_candidates,
+                                             depth=25))
             rows.update(kw)
             if translation:
                 kw_other = self._keyword_hits(tokens + tokenize(translation), filters)

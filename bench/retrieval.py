@@ -105,8 +105,12 @@ def main() -> int:
     base = RetrievalParams()
     if args.dense_weight is not None:
         base.dense_weight = args.dense_weight
-    for mode in ("dense", "bm25", "hybrid"):
-        params = RetrievalParams(**{**base.__dict__, "mode": mode})
+    # "hybrid-unnamed": hybrid without the named frameworks' own candidates (RetrievalParams.named_candidates),
+    # the baseline of that change, measured in the same run
+    for mode in ("dense", "bm25", "hybrid-unnamed", "hybrid"):
+        params = RetrievalParams(**{**base.__dict__, "mode": mode.split("-")[0]})
+        if mode == "hybrid-unnamed":
+            params.named_candidates = 0
         r = Retriever(snap, emb, params)
         r.search("warm up", k=5)
         metrics, lat = evaluate(r, questions)

@@ -73,6 +73,21 @@ def test_comparison_returns_evidence_for_each_side(retriever: Retriever) -> None
     assert any("DeepSpeed" in f for f in fws) and any("PaddlePaddle" in f for f in fws), fws
 
 
+def test_a_named_frameworks_own_passages_are_always_candidates(retriever: Retriever) -> None:
+    """With few candidate places, another framework's pages with the question's words take them all (in the full
+    index: TensorFlow's distributed-training pages for "PaddlePaddle 的分布式训练用什么 API？"); the named
+    framework's best passages join the pool, so its boost can rank them."""
+    q = "Which API does PaddlePaddle use for distributed training?"
+    base = retriever.params
+    tight = RetrievalParams(**{**base.__dict__, "candidates": 2})
+    unnamed = RetrievalParams(**{**tight.__dict__, "named_candidates": 0})
+    with_named = Retriever(retriever.snap, retriever.embedder, tight).search(q, k=5)
+    without = Retriever(retriever.snap, retriever.embedder, unnamed).search(q, k=5)
+    assert sum("PaddlePaddle" in h.chunk.frameworks for h in with_named) >= 2, _sources(with_named)
+    assert sum("PaddlePaddle" in h.chunk.frameworks for h in with_named) > sum(
+        "PaddlePaddle" in h.chunk.frameworks for h in without), (_sources(with_named), _sources(without))
+
+
 def test_filters(retriever: Retriever) -> None:
     zh = retriever.search("pipeline parallelism", k=5, filters=Filters(language="zh"))
     assert zh and all(h.chunk.language == "zh" for h in zh)
