@@ -145,17 +145,18 @@ class Retriever:
         qvec = qvecs[0]
         qlang = detect_language(query)
         rows: set[int] = set()
+        named = bool(fws and p.named_candidates and not filters.framework)  # the named frameworks' own candidates
         if p.mode != "bm25":
             for cid, _sim in self.snap.store.query(qvec, p.candidates, where_clause(filters)):
                 rows.add(self.snap.row_of[cid])
-            if fws and p.named_candidates and not filters.framework:
+            if named:
                 rows |= self._named_rows(qvec, fws, filters)
         kw: dict[int, float] = {}
         kw_other = kw  # keyword scores of passages in the other language
         if p.mode != "dense":
             tokens = tokenize(query) + [t for term in expand_terms(query) for t in tokenize(term)]
             kw = kw_other = self._keyword_hits(tokens, filters)
-            if fws and p.named_candidates and not filters.framework:
+            if named:
                 kw.update(self._keyword_hits(tokens, replace(filters, framework=tuple(fws)), p.named_candidates,
                                              depth=25))
             rows.update(kw)

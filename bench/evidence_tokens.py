@@ -15,6 +15,7 @@ recall of the answers (the model still has to use the evidence); a full evaluati
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from assistant.answer.evidence import select_evidence  # noqa: E402
+from assistant.answer.pipeline import evidence  # noqa: E402
 from assistant.answer.policy import decide  # noqa: E402
 from assistant.answer.prompt import SEVERAL_HINT, asks_for_several, build_messages  # noqa: E402
 from assistant.lang import detect_language  # noqa: E402
@@ -58,9 +59,9 @@ def main() -> int:
         floor, budget, several = float(parts[0]), int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
         toks, speed, present, present_several, toks_several = [], [], [], [], []
         for q, hits in cases:
-            many = bool(several) and asks_for_several(q["question"])
-            src = select_evidence(q["question"], hits, count, several if many else budget,
-                                  max_sources=5 if many else 4, embedder=svc.embedder, floor=floor)
+            config = dataclasses.replace(svc.pipeline_config, context_token_budget=budget, evidence_floor=floor,
+                                         several_token_budget=several)
+            src = evidence(q["question"], hits, config, count, svc.embedder)
             text = " ".join(s.text for s in src).lower()
             facts = q.get("answer_facts") or []
             share = sum(any(a.lower() in text for a in f.split("|")) for f in facts) / len(facts) if facts else None

@@ -29,8 +29,11 @@ _BIBLIOGRAPHY_ENTRY = re.compile(r"^\s*\[\d+\]\s")
 MAX_SENTENCE_TOKENS = 120  # a longer "sentence" (a code block, a table row dump) only goes in when it ranks first
 
 
+DEFAULT_MAX_SOURCES = 4
+
+
 def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str], int], budget: int,
-                    max_sources: int = 4, embedder: Embedder | None = None, floor: float = 0.0) -> list[Source]:
+                    max_sources: int = DEFAULT_MAX_SOURCES, embedder: Embedder | None = None, floor: float = 0.0) -> list[Source]:
     hits = hits[:max_sources]
     if not hits:
         return []

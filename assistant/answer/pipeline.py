@@ -21,7 +21,7 @@ from ..embed import Embedder
 from ..llm.base import ChatModel, Message
 from ..types import Citation, Hit
 from .citations import CitationChecker, quoted_answer
-from .evidence import best_sentence, select_evidence
+from .evidence import DEFAULT_MAX_SOURCES, best_sentence, select_evidence
 from .policy import refusal_text
 from .prompt import Source, asks_for_several
 
@@ -37,7 +37,7 @@ class PipelineConfig:
     support_threshold: float
     max_answer_tokens: int
     temperature: float
-    several_token_budget: int = 0  # a list or comparison question's budget (evidence.asks_for_several); 0: the same
+    several_token_budget: int = 0  # a list or comparison question's budget (prompt.asks_for_several); 0: the same
 
     @classmethod
     def from_settings(cls, settings: Any) -> PipelineConfig:
@@ -69,13 +69,18 @@ class Result:
 
 def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_tokens: Callable[[str], int],
              embedder: Embedder) -> list[Source]:
-    """The evidence an answer's prompt carries for these hits, within the token budget and above the floor; a
-    question asking for several things gets the larger budget and every retrieved passage."""
-    if config.several_token_budget and asks_for_several(question):
-        return select_evidence(question, hits, count_tokens, config.several_token_budget,
-                               max_sources=SEVERAL_MAX_SOURCES, embedder=embedder, floor=config.evidence_floor)
-    return select_evidence(question, hits, count_tokens, config.context_token_budget, embedder=embedder,
+    """The evidence an answer's prompt carries for these hits, within the token budget and above the floor."""
+    budget, max_sources = evidence_budget(question, config)
+    return select_evidence(question, hits, count_tokens, budget, max_sources=max_sources, embedder=embedder,
                            floor=config.evidence_floor)
+
+
+def evidence_budget(question: str, config: PipelineConfig) -> tuple[int, int]:
+    """(token budget, passages) for a question: a question asking for several things gets the larger budget and
+    every retrieved passage."""
+    if config.several_token_budget and asks_for_several(question):
+        return config.several_token_budget, SEVERAL_MAX_SOURCES
+    return config.context_token_budget, DEFAULT_MAX_SOURCES
 
 
 def generate(llm: ChatModel, messages: list[Message], config: PipelineConfig,
