@@ -35,7 +35,10 @@ def test_gold_sets_precision_recall(capsys):
     "我们是一个 5 人的创业团队，主要做 NLP 研究，应该选哪个框架？", "JAX or PyTorch for PDE solvers?", "PaddlePaddle 还是 PyTorch？",
     "best framework for recommendation systems", "训练框架怎么选？", "有没有适合我们团队的框架？", "TPU 训练推荐什么框架",
     "Should we switch from TensorFlow to PyTorch?", "我们该用 DeepSpeed 还是 Megatron？", "Is JAX a good choice for our team?",
-    "What would you suggest for a 5-person startup doing CV?", "我们只有 4 张 3090，用什么训练 13B 模型？"])
+    "What would you suggest for a 5-person startup doing CV?", "我们只有 4 张 3090，用什么训练 13B 模型？",
+    "团队都是 PyTorch 出身，训练这块的框架和库怎么搭比较稳？", "在 PyTorch 生态里，用哪个库做这种模型并行效率最高？",
+    "The model ships inside our mobile app. What should we train with?", "Our engineers know TF and PyTorch. Which should we train in?",
+    "A colleague wants us to move to TensorFlow. What would you start with?"])
 def test_selection_questions(text):
     assert is_selection_question(text, None)
 

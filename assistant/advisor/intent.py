@@ -18,7 +18,9 @@ from ..lang import detect_language
 _STRONG = {
     "zh": (r"选哪(个|一个|种|家)|选什么|怎么选|如何选|该怎么选|选型|推荐(什么|哪|用|一下|一个|个)|哪个框架|什么框架|哪种框架|"
            r"用哪(个|种|一个)(框架|工具|方案|库|技术栈|好|比较好|更好)?[？?！!。]*$|应该选|该选|选择哪|哪个(更|比较)?(好|合适|适合)|哪(个|种)更|要不要(换|转|改用)|值得(换|转)|"
-           r"(框架|工具|方案|技术栈)(该|应该)?(用|选)(什么|哪)|用什么(框架|工具|方案|技术栈|库)"),
+           r"(框架|工具|方案|技术栈)(该|应该)?(用|选)(什么|哪)|用什么(框架|工具|方案|技术栈|库)|"
+           r"(框架|库|工具|技术栈)(和|与|跟|加)?(框架|库|工具)?(该|应该)?(怎么|如何)(搭|组合|配)|"
+           r"用哪(个|种|一个)(框架|库|工具|方案|技术栈).{0,12}(最|更|比较|好|合适|稳|效率)"),
     "en": (r"which (framework|stack|library|tool|toolkit|one|option|plugin|of (them|these|the two))\b.{0,40}"
            r"(should|would|to use|to choose|is (the )?best|fits?|suits?|do you recommend|is better)|"
            r"\b(which|what) (framework|stack|training stack)s?\b|"
@@ -26,7 +28,8 @@ _STRONG = {
            r"\b(best|right|better|ideal|recommended) (framework|stack|choice|option|tool)s? (for|to)\b|"
            r"\b(do|would|can) you recommend|\brecommend (me|us|a|one|something)\b|\bwhat (do|would) you (recommend|suggest)|"
            r"\bwhich is (better|best|more suitable)|\bwhat should (we|i) (choose|use|pick|go with)|"
-           r"\b(your |a |any )?recommendations?\s*[?？]\s*$"),
+           r"\b(your |a |any )?recommendations?\s*[?？]\s*$|"
+           r"\bwhich should (we|i)\b|\b(what|which) (should|would|do) (you|we|i) (start|train|build|go|begin)( \w+)? (with|in|on)\b"),
 }
 _WEAK = {
     "zh": r"用什么|适合|合适|能用|该用|应该用|怎么办|怎么做|有什么(建议|推荐)|建议",
