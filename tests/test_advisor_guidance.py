@@ -51,6 +51,12 @@ GUIDANCE = [
     ("We have a single V100 GPU and want to train a 10-billion-parameter model. What can we use?", {DS, CA}, {DS, CA}),
     ("只有两张 24GB 显卡，想微调 130 亿参数的模型。", {DS, CA}, {DS, CA}),
     ("我们只有几张显卡，想训练超出显存的大模型，用什么？", {DS, CA}, None),
+    # tensor / pipeline parallelism asked for -> Megatron-LM ("Megatron-LM擅长高效的模型并行")
+    ("5000 亿参数的模型，必须上张量并行和流水线并行，集群 2048 卡，用哪个库效率最高？", {MG}, None),
+    # Chinese material asked for -> PaddlePaddle ("中文文档和社区支持极具优势"); the team's stack decides
+    ("做中文情感分析和命名实体识别，希望框架的中文资料和社区多一点，推荐哪个？", {PD}, None),
+    ("Our platform team has run everything on TensorFlow and TFX for five years. New production model: switch or stay?",
+     {TF}, None),
 ]
 
 
@@ -70,6 +76,13 @@ def test_issue_questions_are_not_ties_and_say_the_margin(adv_service):
         a = advise(adv_service, text).to_dict()
         assert a["tie"] is None and a["margin"]["value"] >= load_rubric().tie_epsilon
         assert a["language"] == lang and f"{a['margin']['value']:.2f}" in a["summary"]
+
+
+def test_no_situation_is_the_article_default_in_both_languages(adv_service):
+    # asking in Chinese is not a need for Chinese documentation: no tie with PaddlePaddle
+    for text in ("训练模型用哪个框架好？", "What deep learning framework would you recommend by default?"):
+        a = advise(adv_service, text).to_dict()
+        assert a["ranking"][0]["name"] == PT and a["tie"] is None, a["summary"]
 
 
 def test_tie_is_reported_with_what_decides(adv_service):

@@ -28,7 +28,7 @@ EXPERIENCE = ("experienced", "beginner")
 FEW_GPUS_MAX = 8  # up to one 8-GPU machine is "few_gpus"; more accelerators span machines: "gpu_cluster"
 BASE_GOALS = ("localisation", "mobile", "server")
 FEATURE_GOALS = ("long_sequence", "moe", "fp8", "heterogeneous_memory", "memory_limited", "few_code_changes",
-                 "debugging", "functional", "end_to_end_pipeline", "industry_support")
+                 "debugging", "functional", "end_to_end_pipeline", "industry_support", "chinese_docs", "model_parallel")
 
 
 @dataclass
@@ -171,7 +171,8 @@ def _scale_from_text(text: str) -> str | None:
 # ---- free text -----------------------------------------------------------------------------------
 _KNOW = re.compile(r"(熟悉|只用过|都用过|用过|用惯了?|掌握|擅长|精通|会用|一直用|主要用|都在用|在用|都用|用的是|之前用|以前用|know[s]?|familiar with|"
                    r"experienced? (?:with|in)|experts? in|(?:have |has )?(?:only )?used|work(?:s|ing)? with|背景是|"
-                   r"code(?:base| base)? is (?:in|written in)?|written in|built (?:on|with)|代码(?:都)?是|技术栈是|stack is)", re.I)
+                   r"code(?:base| base)? is (?:in|written in)?|written in|built (?:on|with)|代码(?:都)?是|技术栈是|stack is|跑在|"
+                   r"run(?:s|ning)? (?:everything |it all |all of it )?on)", re.I)
 _KNOW_AFTER = re.compile(r"(pytorch|tensorflow|tf2?|keras|paddle(?:paddle)?|飞桨|jax)\s*(?:的)?\s*(?:背景|出身|老手|shop|background|"
                          r"experience|veterans?|users|developers|people|folks|engineers|researchers|团队|用户|开发者|写的|代码|"
                          r"很熟|比较熟|熟练|熟悉|用得)", re.I)
@@ -188,14 +189,15 @@ _RULES: dict[str, tuple[tuple[str, str], ...]] = {
               ("prototype", r"验证|原型|prototype|mvp|proof of concept|poc|快速试错|尽快|demo|"
                             r"iterate quickly|fast iteration|quick(?:ly)? validat"),
               ("production", r"生产|部署|上线|落地|产品里|企业|国企|production|deploy|serving|millions of users|enterprise|"
-                             r"state-owned|海量用户|商用|线上服务|在线服务")),
+                             r"state-owned|海量用户|商用|线上|在线服务")),
     "domain": (("rl", r"强化学习|reinforcement|\brl\b"),
                ("scientific", r"物理|微分方程|科学计算|分子|蛋白|scientific|numerical|physics|differential equation|simulation|"
                               r"模拟|pde|气象|天气预报|climate|weather|流体|fluid|偏微分"),
                ("llm_pretrain", r"预训练|pre-?train|from scratch|从头|从零"),
                ("llm_finetune", r"微调|fine-?tun|lora|sft|指令调优|instruction[- ]tun"),
-               ("chinese_nlp", r"中文.{0,8}(?:文本|nlp|自然语言|分类|抽取|搜索|推荐|问答|语义|对话|ocr)|chinese[- ]language (?:nlp|text)|"
-                               r"chinese (?:nlp|text)|nlp (?:for|on) chinese|中文\s*nlp|中文场景"),
+               ("chinese_nlp", r"中文.{0,8}(?:文本|nlp|自然语言|分类|抽取|搜索|推荐|问答|语义|对话|ocr|情感|实体|ner|分词|摘要|意图|"
+                               r"客服|纠错|舆情|理解)|chinese[- ]language (?:nlp|text)|"
+                               r"chinese (?:nlp|text)|nlp (?:for|on) chinese|中文\s*nlp|中文场景|mandarin"),
                ("recommendation", r"推荐系统|推荐模型|推荐算法|搜索推荐|搜推|recommend(?:ation|er)s?\s*(?:system|model|engine)|"
                                   r"recsys|\bctr\b|点击率|广告排序|ads ranking|click-through"),
                ("cv", r"视觉|图像|图片|检测|分割|vision|image|detection|segmentation|\bcv\b|ocr|视频|video|\bcnns?\b|resnet|yolo"),
@@ -224,7 +226,11 @@ _GOALS = (("localisation", r"国产|信创|自主可控|domestic|locali[sz]|去�
           ("few_code_changes", r"少改代码|不改代码|without rewriting|without changing|few code changes|minimal code"),
           ("debugging", r"调试|debug|pdb"), ("functional", r"函数式|functional|jit|vmap|可组合|composable"),
           ("end_to_end_pipeline", r"端到端|end-to-end|tfx|ml 管道|ml pipeline|production pipeline|mlops|全流程"),
-          ("industry_support", r"本土|产业|技术支持|industry support|local industry"))
+          ("industry_support", r"本土|产业|技术支持|industry support|local industry"),
+          ("chinese_docs", r"中文(?:的)?(?:资料|文档|社区|教程)|(?:docs?|documentation|tutorials?) in (?:chinese|mandarin)|"
+                           r"chinese(?:-language)? (?:docs|documentation|community|tutorials)"),
+          ("model_parallel", r"张量并行|序列并行|流水线并行|模型并行|tensor[- ]parallel|pipeline[- ]parallel|sequence[- ]parallel|"
+                             r"model[- ]parallel|3d[- ]parallel|三维并行"))
 
 
 def _first_rule(rules: tuple[tuple[str, str], ...], low: str) -> str | None:
