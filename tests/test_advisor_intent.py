@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from assistant.advisor.intent import is_selection_question
+from assistant.advisor.intent import describes_own_situation, is_selection_question
 
 EVAL = Path(__file__).resolve().parents[1] / "eval"
 
@@ -49,3 +49,18 @@ def test_selection_questions(text):
     "TensorFlow 多机训练时用哪个环境变量指定集群配置？", "Which library does tf.function use to convert control flow?", ""])
 def test_fact_questions(text):
     assert not is_selection_question(text, None)
+
+
+@pytest.mark.parametrize("text,expected", [
+    # the asker's situation in two or more fields, no framework named but the team's: a choice, however worded
+    ("我们 6 个人的小团队，手上 4 张 4090，要微调一个 13B 的模型，这事该怎么搞？", True),
+    ("Our lab has a TPU v4 pod and does PDE research. What's the plan?", True),
+    ("我们团队都用 PyTorch，要做千亿参数的预训练，集群 1024 卡，怎么规划？", True),
+    # a framework named that is not the team's own: a fact about it
+    ("我们有 8 张 A100，怎么用 DeepSpeed 训练 7B 模型？", False),
+    ("Our team has 8 GPUs; how do we enable ZeRO-3 in DeepSpeed?", False),
+    # one field only, or no question, or not the asker's situation
+    ("我们有 8 张 A100，怎么看显存占用？", False), ("We are a 5-person startup doing CV research.", False),
+    ("A 70B model on 64 GPUs needs how much memory per GPU?", False)])
+def test_a_question_stating_its_own_situation(text, expected):
+    assert describes_own_situation(text) is expected

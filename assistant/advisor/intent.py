@@ -6,7 +6,12 @@ Strong markers ("选哪个", "怎么选", "which framework", "should we use", "X
 ("用什么", "适合", "what can we use", "what should we do") count only when the question describes the asker's own
 situation ("我们", "团队", "we", "our"), because fact questions use them too ("飞桨的移动端部署用什么？").
 A documentation "is recommended for" is not a request for a recommendation. This module does not parse the
-situation (scenario.py) and does not rank (rubric.py).
+situation itself (it asks scenario.py) and does not rank (rubric.py).
+
+A question that states the asker's own situation in two or more of the Advisor's fields (hardware, stage, model size,
+team, organisation, the team's stack, a domain, a deployment goal), names no framework other than the team's own and
+asks something is a selection question too, however it is worded ("……训练这块怎么搞？", "what's the plan for us?"): a
+fact question names what it asks about.
 """
 from __future__ import annotations
 
@@ -50,6 +55,25 @@ def is_within_choice(text: str) -> bool:
     return bool(re.search(_WITHIN, text.lower()))
 
 
+_ASKS = r"[?？]|什么|哪|怎么|如何|吗|呢|\b(what|which|how|should|would|could|can)\b"
+
+
+def describes_own_situation(text: str) -> bool:
+    """The asker states their own situation in two or more of the Advisor's fields, names no framework but the ones
+    the team knows, and asks something: a selection question whatever its wording."""
+    from .scenario import BASE_GOALS, parse_free_text  # noqa: PLC0415 (scenario imports nothing of intent's)
+
+    low = text.lower()
+    if not re.search(_SELF, low) or not re.search(_ASKS, low):
+        return False
+    sc = parse_free_text(text)
+    if any(f not in sc.known_frameworks for f in find_frameworks(text)):
+        return False
+    signals = [sc.hardware, sc.stage, sc.model_scale, sc.team_size, sc.org, sc.known_frameworks or None,
+               None if sc.domain == "general" else sc.domain, [g for g in sc.goals if g in BASE_GOALS] or None]
+    return sum(1 for v in signals if v) >= 2
+
+
 def is_selection_question(text: str, lang: str | None = None) -> bool:
     """True when `text` asks which framework to choose or how frameworks compare for a use (zh or en)."""
     low = text.lower().strip()
@@ -65,4 +89,4 @@ def is_selection_question(text: str, lang: str | None = None) -> bool:
     if len(find_frameworks(text)) >= 2 and re.search(_COMPARE, low):
         return True  # "JAX or PyTorch for PDEs?", "PaddlePaddle 还是 PyTorch"
     weak = any(re.search(_WEAK[lg], stripped) for lg in langs)
-    return weak and re.search(_SELF, low) is not None
+    return (weak and re.search(_SELF, low) is not None) or describes_own_situation(text)
