@@ -58,9 +58,9 @@ def main() -> int:
         parts = spec.split(":")
         floor, budget, several = float(parts[0]), int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
         toks, speed, present, present_several, toks_several = [], [], [], [], []
+        config = dataclasses.replace(svc.pipeline_config, context_token_budget=budget, evidence_floor=floor,
+                                     several_token_budget=several)
         for q, hits in cases:
-            config = dataclasses.replace(svc.pipeline_config, context_token_budget=budget, evidence_floor=floor,
-                                         several_token_budget=several)
             src = evidence(q["question"], hits, config, count, svc.embedder)
             text = " ".join(s.text for s in src).lower()
             facts = q.get("answer_facts") or []
