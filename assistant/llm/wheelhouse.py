@@ -64,6 +64,14 @@ def wheel_dir(key: str, root: Path | None = None) -> Path:
     return (root or cache_root()) / "wheels" / PACKAGE / key
 
 
+def source_lock(version: str = VERSION) -> Path:
+    """requirements/llama.txt: the engine's sdist pinned by hash (written by `make lock`)."""
+    lock = Path(__file__).resolve().parents[2] / "requirements" / "llama.txt"
+    if f"{PACKAGE}=={version}" not in lock.read_text(encoding="utf-8"):
+        raise SystemExit(f"wheelhouse: {lock} does not pin {PACKAGE}=={version}; run `make lock`")
+    return lock
+
+
 def build_record(native: bool, version: str = VERSION) -> dict:
     flags = flags_for(native)
     return {"package": PACKAGE, "version": version, "native": native, "cmake_args": flags,
@@ -94,8 +102,11 @@ def build_wheel(record: dict, directory: Path, pip: list[str]) -> Path:
         print(f"wheelhouse: compiling {PACKAGE}=={record['version']} ({'native' if record['native'] else 'portable'}"
               f" build {record['key']}); this takes 5-20 minutes on 2 cores, once", flush=True)
         # --no-cache-dir: pip's own wheel cache is keyed without CMAKE_ARGS and would hand back an old build.
-        subprocess.run([*pip, "wheel", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE, "-w", tmp,
-                        f"{PACKAGE}=={record['version']}"], env=env, check=True)
+        # The sdist comes by hash (requirements/llama.txt) and the build backend from the venv, which the lock
+        # filled (--no-build-isolation): an isolated build would fetch the newest scikit-build-core unpinned.
+        subprocess.run([*pip, "wheel", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE, "--no-build-isolation",
+                        "--require-hashes", "-r", str(source_lock(record["version"])), "-w", tmp],
+                       env=env, check=True)
         built = _find_wheel(Path(tmp))
         if built is None:
             raise SystemExit(f"wheelhouse: pip produced no {PACKAGE} wheel in {tmp}")
