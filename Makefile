@@ -16,7 +16,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 LLAMA_NATIVE ?=
 LLAMA_FLAGS := $(if $(filter 1 yes true,$(LLAMA_NATIVE)),--native,)
 
-.PHONY: help install lock llama rebuild-llama doctor install-torch browser-deps postgres-deps model corpus index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
+.PHONY: help install lock test-trial-heavy llama rebuild-llama doctor install-torch browser-deps postgres-deps model corpus index run serve test test-slow test-all eval eval-smoke bench bench-retrieval bench-budget plots lint clean
 
 help:
 	@echo "make run        install everything, prepare the model, build the index, serve UI + API on http://$(HOST):$(PORT)"
@@ -119,6 +119,10 @@ test-slow: install-torch
 
 test-all: test test-slow
 
+# The TensorFlow and PaddlePaddle trials (assistant/trial): each builds a ~1-2 GB environment once; not in CI.
+test-trial-heavy: install
+	TRIAL_HEAVY=1 $(BIN)/pytest -m trial_heavy tests/test_trial.py $(PYTEST_ARGS)
+
 eval: index
 	$(BIN)/assistant eval --set eval/gold_fact.jsonl --set eval/gold_recommend.jsonl --set eval/gold_followup.jsonl \
 		--set eval/gold_out_of_scope.jsonl --set eval/gold_adversarial.jsonl --set eval/advisor.jsonl --out eval/out/latest
@@ -163,6 +167,8 @@ lock:
 	$(COMPILE) --no-deps -o $(LOCK_MODELS) requirements-models.txt
 	$(COMPILE) --no-deps --no-binary llama-cpp-python -o $(LOCK_LLAMA) requirements/llama.in
 	$(COMPILE) -o $(LOCK_UV) requirements/uv.in
+	$(COMPILE) --find-links /opt/wheels --emit-find-links -o requirements/trial/pytorch.txt requirements/trial/pytorch.in
+	for fw in jax tensorflow paddlepaddle; do $(COMPILE) -o requirements/trial/$$fw.txt requirements/trial/$$fw.in; done
 
 clean:
 	rm -rf index/gen-* index/CURRENT index/cache state eval/out bench/out

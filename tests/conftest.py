@@ -17,6 +17,7 @@ SHARED_DOCS = Path(os.environ.get("ASSISTANT_TEST_SHARED_DOCS") or REPO.parent /
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes more than ~20 s (run with -m slow or in CI's full pass)")
     config.addinivalue_line("markers", "browser: drives headless Chromium")
+    config.addinivalue_line("markers", "trial_heavy: TensorFlow/PaddlePaddle trials (TRIAL_HEAVY=1 make test-trial-heavy)")
 
 
 @pytest.fixture(scope="session")

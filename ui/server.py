@@ -28,7 +28,7 @@ from assistant.openai_http import RemoteError
 from assistant.service import AssistantService
 from assistant.settings import Settings
 
-from . import api, auth, documents_api, openai_compat, sessions_api
+from . import api, auth, documents_api, openai_compat, sessions_api, trials_api
 from .admission import RateLimiter, StreamSlots
 from .auth import Access, AccessMiddleware
 from .deps import error_response, request_lang
@@ -249,6 +249,7 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     app.include_router(api.health)
     app.include_router(documents_api.router)  # before api.router, whose catch-all answers unknown /api paths
     app.include_router(sessions_api.router)  # before api.router, whose catch-all answers unknown /api paths
+    app.include_router(trials_api.router)  # before api.router, whose catch-all answers unknown /api paths
     app.include_router(api.router)
     app.include_router(openai_compat.router)
     _openapi_as_served(app, access)
