@@ -252,6 +252,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    _adapter("mcp")(_settings(args))  # the MCP server over stdio (ui/mcp_server.py), outside the core package
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import run_eval
 
@@ -435,6 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default=None, help="bind address (default 127.0.0.1: loopback only)")
     sv.add_argument("--port", type=int, default=None, help="port (default 7860)")
     sv.set_defaults(func=cmd_serve)
+
+    mc = sub.add_parser("mcp", help="MCP server over stdio for Claude Desktop, Cursor, VS Code and other MCP "
+                        "clients (the HTTP transport is /mcp of `assistant serve`)")
+    _common(mc)
+    _translate_arg(mc)
+    mc.add_argument("--state-dir", help="state directory (env ASSISTANT_STATE_DIR; default ./state)")
+    mc.set_defaults(func=cmd_mcp)
 
     e = sub.add_parser("eval", help="evaluate answers on gold sets (JSONL)")
     _common(e)

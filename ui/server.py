@@ -1,4 +1,5 @@
-"""The one ASGI app: FastAPI with the native API (/api), the OpenAI-compatible API (/v1), health and metrics,
+"""The one ASGI app: FastAPI with the native API (/api), the OpenAI-compatible API (/v1), the MCP transport (/mcp,
+ui/mcp_server.py), health and metrics,
 OpenAPI docs (/docs) and the Gradio UI mounted at /. Owns start-up (the model loads once, in a thread, so
 /healthz answers meanwhile), the request-body limit and the JSON error shape {"error": {"code", "message"}}
 in the user's language (with `Retry-After` on the admission refusals, ui/admission.py). Access (Host allow-list, API keys, the browser login) is ui/auth.py, the outermost
@@ -28,7 +29,7 @@ from assistant.openai_http import RemoteError
 from assistant.service import AssistantService
 from assistant.settings import Settings
 
-from . import api, auth, documents_api, openai_compat, sessions_api, trials_api
+from . import api, auth, documents_api, mcp_server, openai_compat, sessions_api, trials_api
 from .admission import RateLimiter, StreamSlots
 from .auth import Access, AccessMiddleware
 from .deps import error_response, request_lang
@@ -36,7 +37,7 @@ from .metrics import Metrics, MetricsMiddleware
 from .requestid import HEADER, RequestIdMiddleware, current_request_id
 
 log = logging.getLogger("ui.server")
-LIMITED_PREFIXES = ("/api", "/v1", "/login")
+LIMITED_PREFIXES = ("/api", "/v1", "/login", "/mcp")
 UPLOAD_PATHS = ("/api/documents", "/gradio_api/upload")
 UPLOAD_SLACK = 64_000  # a multipart body's framing around the file
 BAD_JSON = {"zh": "请求体不是有效的 JSON。", "en": "The request body is not valid JSON."}
@@ -217,7 +218,8 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with app.state.mcp_sessions.run():  # the MCP transport's sessions at /mcp (ui/mcp_server.py)
+            yield
         if app.state.loader is not None and not service.ready():  # a load in progress: let it finish first
             app.state.loader.join(timeout=30)
         # once ready the loader only warms the Advisor's cache (5-10 s per language): not worth holding a stop for
@@ -252,6 +254,7 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     app.include_router(trials_api.router)  # before api.router, whose catch-all answers unknown /api paths
     app.include_router(api.router)
     app.include_router(openai_compat.router)
+    app.state.mcp_sessions = mcp_server.mount(app, service)  # MCP streamable HTTP at /mcp, behind the same access
     _openapi_as_served(app, access)
     if with_ui:
         from .web import mount_ui
@@ -313,5 +316,5 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
 
     check_settings(settings, log=log.info)
     app = create_app(AssistantService(settings), access=access)
-    log.info("serving on http://%s:%d (UI /, API /api, OpenAI /v1, docs /docs)", host, port)
+    log.info("serving on http://%s:%d (UI /, API /api, OpenAI /v1, MCP /mcp, docs /docs)", host, port)
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
