@@ -54,6 +54,7 @@ PATH = "/mcp"
 PASSAGE_URI = "passage://{chunk_id}"
 ARTICLE_URI = "article://framework-selection-guide"
 PROGRESS_EVERY_S = 0.25  # at most 4 progress notifications a second: on two cores every write slows decoding
+LOAD_NOTICE_EVERY_S = 3.0  # stdio: a call waiting for the start-up load says so this often
 MAX_HTTP_SESSIONS = 256  # open streamable-HTTP sessions (each idles out after 30 minutes)
 
 INSTRUCTIONS = (
@@ -210,14 +211,21 @@ class Edge:
         else:
             request.app.state.rate_limiter.check(caller_of(request))
 
-    async def ready(self, ctx: Context) -> None:
-        """The service may answer: over HTTP the app's 503 while loading; over stdio wait for the start-up load."""
+    async def ready(self, ctx: Context, model: bool = True, lang: str = "en") -> None:
+        """The service may answer: over HTTP the app's 503 while loading; over stdio a call that needs the model
+        waits for the start-up load, with a progress notification every few seconds (a client that resets its
+        time-out on progress keeps waiting); the others open the index on first use."""
         request = self.request(ctx)
         if request is not None:
             get_ready_service(request)
             return
-        if self.loaded is not None and not self.loaded.is_set():
-            await anyio.to_thread.run_sync(self.loaded.wait)
+        if not model:
+            return
+        waited = 0
+        while self.loaded is not None and not self.loaded.is_set():
+            if not await anyio.to_thread.run_sync(self.loaded.wait, LOAD_NOTICE_EVERY_S):
+                waited += 1
+                await ctx.report_progress(waited, None, "正在加载模型…" if lang == "zh" else "Loading the model…")
         if self.load_error is not None:
             raise self.load_error
 
@@ -313,13 +321,22 @@ FiltersArg = Annotated[FiltersBody | None, Field(description="Restrict retrieval
                                                  "(zh|en), a source-path substring, kind (upload|corpus)")]
 
 
+def _tool(server: MCPServer, annotations: ToolAnnotations) -> Any:
+    """server.tool() with the function's docstring as one paragraph (no source indentation in the description)."""
+    def register(fn: Any) -> Any:
+        server.add_tool(fn, description=" ".join((fn.__doc__ or "").split()), annotations=annotations)
+        return fn
+
+    return register
+
+
 def build_server(edge: Edge) -> MCPServer:
     """The tools, resources and prompt over `edge.service`; served by `run_stdio` and `mount` alike."""
     service = edge.service
     server: MCPServer = MCPServer(SERVER_NAME, title="Framework Advisor (框架选型助手)", instructions=INSTRUCTIONS,
                                   version=_version(), log_level="WARNING")
 
-    @server.tool(annotations=READ_ONLY)
+    @_tool(server, READ_ONLY)
     async def search(query: Annotated[str, Field(description="Search text (Chinese or English)")],
                      ctx: Context, k: Annotated[int, Field(ge=1, le=50, description="Passages to return")] = 5,
                      filters: FiltersArg = None) -> Annotated[CallToolResult, SearchOut]:
@@ -328,14 +345,14 @@ def build_server(edge: Edge) -> MCPServer:
         lang = edge.lang(ctx, query)
         with _as_tool_errors(lang):
             edge.rate_limit(ctx)
-            await edge.ready(ctx)
+            await edge.ready(ctx, model=False)
             parsed = filters.to_filters() if filters else None
             hits = await anyio.to_thread.run_sync(lambda: service.search(query, k, parsed))
         out = SearchOut(query=query, results=[_hit(i, h) for i, h in enumerate(hits, 1)])
         return _result(render_search(out, lang), out)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                             open_world_hint=False))
+    @_tool(server, ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                   open_world_hint=False))
     async def ask(question: QuestionText, ctx: Context, session_id: SessionIdArg = None,
                   filters: FiltersArg = None) -> Annotated[CallToolResult, AskOut]:
         """Ask a question about AI training frameworks: a checked answer in the question's language whose [n]
@@ -345,7 +362,7 @@ def build_server(edge: Edge) -> MCPServer:
         lang = edge.lang(ctx, question)
         with _as_tool_errors(lang):
             edge.rate_limit(ctx)
-            await edge.ready(ctx)
+            await edge.ready(ctx, lang=lang)
             parsed = filters.to_filters() if filters else None
             owner = edge.owner(ctx)
             events = await open_answer_stream(service, edge.slots_of(ctx), lang, lambda ticket: service.ask_stream(
@@ -357,7 +374,7 @@ def build_server(edge: Edge) -> MCPServer:
                      queue=answer.queue or None, advice=answer.advice)
         return _result(render_answer(out), out)
 
-    @server.tool(annotations=READ_ONLY)
+    @_tool(server, READ_ONLY)
     async def advise(situation: Annotated[str, Field(description="The team's situation in a few sentences (Chinese "
                                                      "or English): what it knows, project stage, hardware, model "
                                                      "size, domain, long-term goals")],
@@ -370,7 +387,7 @@ def build_server(edge: Edge) -> MCPServer:
                 raise UserError("empty_scenario", "Describe the situation: what the team knows, the project stage, "
                                 "the hardware, the goals.", "请描述团队情况：熟悉的框架、项目阶段、硬件、目标。", 422)
             edge.rate_limit(ctx)
-            await edge.ready(ctx)
+            await edge.ready(ctx, model=False)  # the Advisor runs no model
             scenario = {"text": situation, **({"lang": lang} if lang else {})}
             advice = (await anyio.to_thread.run_sync(service.advise, scenario)).to_dict()
         from assistant.advisor.cli import render_text
@@ -378,28 +395,28 @@ def build_server(edge: Edge) -> MCPServer:
         out = AdviseOut.model_validate(advice)
         return _result(render_text(advice), out)
 
-    @server.tool(annotations=READ_ONLY)
+    @_tool(server, READ_ONLY)
     async def get_passage(chunk_id: Annotated[str, Field(max_length=64, description="A chunk_id from search, ask "
                                                          "or advise")],
                           ctx: Context) -> Annotated[CallToolResult, PassageOut]:
         """One passage by its chunk_id: its full text, source path, line range, URL and frameworks."""
         lang = edge.lang(ctx)
         with _as_tool_errors(lang):
-            await edge.ready(ctx)
+            await edge.ready(ctx, model=False)
             chunk = await anyio.to_thread.run_sync(service.passage, chunk_id)
             if chunk is None:
                 raise UserError("not_found", f"Unknown passage: {chunk_id}.", f"未找到该段落：{chunk_id}。", 404)
         out = PassageOut(**_passage(chunk))
         return _result(f"{_where(out)}  {' > '.join(out.heading_path)}\n\n{out.text}", out)
 
-    @server.tool(annotations=READ_ONLY)
+    @_tool(server, READ_ONLY)
     async def list_documents(ctx: Context, kind: Literal["upload", "corpus"] | None = None
                              ) -> Annotated[CallToolResult, DocumentsOut]:
         """The documents the answers come from: the team's uploads and the indexed corpus files (article, notes,
         official docs), each with its chunk count; `kind` keeps one of the two."""
         lang = edge.lang(ctx)
         with _as_tool_errors(lang):
-            await edge.ready(ctx)
+            await edge.ready(ctx, model=False)
             docs = await anyio.to_thread.run_sync(service.list_documents, kind)
         out = DocumentsOut(documents=[DocumentOut(**d) for d in docs])
         text = "\n".join(f"{d.kind:6} {d.chunks:4}  {d.source}" for d in out.documents)
