@@ -115,10 +115,14 @@ def test_advisor_form_ranked_cited_result(page) -> None:
     text.wait_for(timeout=30_000)
     text.fill("我们需要国产化，硬件是昇腾 NPU，主要做中文 NLP，团队 10 人")
     page.locator("#adv-run").click()
-    page.wait_for_selector("#adv-result table.adv-table", timeout=300_000)
+    page.wait_for_selector("#adv-result .adv-summary", timeout=300_000)
     result = page.locator("#adv-result")
     first = result.locator("ol.adv-ranking li").first
     assert "PaddlePaddle" in first.inner_text(), first.inner_text()
+    # the summary leads and fits one screen; the table and the sources are folded until opened
+    assert result.locator("table.adv-table").is_hidden() and page.locator("#adv-trial-run").is_visible()
+    result.locator("details.adv-table-fold > summary").click()
+    page.wait_for_selector("#adv-result table.adv-table", timeout=10_000)
     cells = result.locator("table.adv-table tbody td")
     assert cells.count() >= 7
     refs = result.locator("table.adv-table a.adv-ref")

@@ -307,7 +307,10 @@ heavy = pytest.mark.skipif(not os.environ.get("TRIAL_HEAVY"), reason="TRIAL_HEAV
 def test_heavy_framework_trials(tmp_path: Path, framework: str) -> None:
     (r,) = _cli_trial(tmp_path, framework)["results"]
     _check_sense(r, 60)
-    if framework == "tensorflow":  # tf.function traces: print and pdb see symbolic tensors, once
+    if framework == "tensorflow":  # tf.function traces: print and pdb see symbolic tensors, at tracing only
         assert r["eager_print"] == "symbolic" and r["print_probe"]["printed_at"] == 1
+        assert r["pdb_breakpoint"] == "symbolic" and r["pdb_probe"]["stops"] < 3
+        assert "same shape" in r["shape_error"]["message"][-1]  # the message under TF's "in user code:"
     else:  # PaddlePaddle's dynamic graph: values at every step
         assert r["eager_print"] == "values" and r["print_probe"]["printed_at"] == 3
+        assert r["pdb_breakpoint"] == "values" and r["pdb_probe"]["stops"] == 3

@@ -98,6 +98,7 @@ HEAD = """<script>
   function openSource(id) {
     var el = document.getElementById(id);
     if (!el) return;
+    for (var p = el.parentElement; p; p = p.parentElement) { if (p.tagName === 'DETAILS') p.open = true; }
     el.open = true;
     el.classList.add('fa-flash');
     el.scrollIntoView({behavior: 'smooth', block: 'center'});

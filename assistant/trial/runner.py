@@ -162,6 +162,9 @@ def _error_lines(stderr: str) -> list[str]:
     idx = max((i for i, ln in enumerate(lines) if _EXC.match(ln)), default=None)
     if idx is None:
         return [ln for ln in lines if ln.strip()][-3:]
+    nested = [ln.strip() for ln in lines[idx + 1:] if _EXC.match(ln.strip()) and ln.startswith(" ")]
+    if nested:  # TensorFlow: "ValueError: in user code:", the frames, then the message itself, indented
+        return [lines[idx], nested[-1]]
     return [ln for ln in lines[idx:idx + 4] if ln.strip() and not _NOISE.match(ln)]
 
 
@@ -180,7 +183,7 @@ def _user_frame(stderr: str, script: Path) -> dict[str, Any] | None:
 def _classify(text: str) -> str:
     if "Traced<" in text or "Tracer" in text:
         return "tracer"
-    if re.search(r'Tensor\("[^"]*", shape=', text) or "KerasTensor" in text or "SymbolicTensor" in text:
+    if re.search(r'Tensor\("[^"]*", shape=|<tf\.Tensor \'', text) or "KerasTensor" in text or "SymbolicTensor" in text:
         return "symbolic"
     return "values" if re.search(r"\d+\.\d+", text) else "other"
 
@@ -206,8 +209,9 @@ def _printed(stdout: list[str]) -> dict[str, Any]:
 def _pdb(stdout: list[str]) -> dict[str, Any]:
     text = "\n".join(ln for ln in stdout if not ln.startswith("TRIAL "))
     stops = len(re.findall(r"(?m)^(?:\(Pdb\) )*> .+\(\d+\)\w+\(\)", text))
-    shown = re.findall(r"\(Pdb\) ([^>\n(][^\n]*)", text)
-    sample = shown[0][:300] if shown else ""
+    # what `p loss` printed: the text between a prompt and the next one that is not a stop's location
+    shown = [seg for seg in text.split("(Pdb) ")[1:] if seg.strip() and not seg.startswith("> ")]
+    sample = " ".join(shown[0].split())[:300] if shown else ""
     steps = sum(1 for ln in stdout if 'TRIAL {"event": "step"' in ln)
     return {"stops": stops, "steps": steps, "sample": sample, "shows": _classify(sample) if sample else "nothing"}
 
