@@ -1,4 +1,5 @@
-"""Errors meant for users: a code, and a message in English and in Chinese."""
+"""Errors meant for users: a code, and a message in English and in Chinese (UserError); a model that cannot be
+loaded or used (ModelError, raised by the engines of assistant/llm/ and the remote client)."""
 from __future__ import annotations
 
 
@@ -22,3 +23,7 @@ class UserError(Exception):
 
     def to_dict(self, lang: str = "en") -> dict[str, str]:
         return {"code": self.code, "message": self.message(lang), "message_en": self.en, "message_zh": self.zh}
+
+
+class ModelError(RuntimeError):
+    """A model cannot be loaded or used; the message says what to do about it."""

@@ -1,5 +1,5 @@
 """The OpenAI-compatible HTTP client shared by the remote chat model (assistant/llm/remote.py) and the remote
-embedder (assistant/embed_remote.py): which API key is sent, the connect and read time-outs, retries with
+embedder (assistant/embed/remote.py): which API key is sent, the connect and read time-outs, retries with
 backoff, the health probe and the user-language error for every failure.
 
 API key: there is no default key. An empty key is replaced by the placeholder "none" only when the server is on
@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-from assistant.errors import UserError
-from assistant.llm.base import ModelError
+from assistant.errors import ModelError, UserError
 
 T = TypeVar("T")
 RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))

@@ -10,13 +10,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from assistant.errors import ModelError as ModelError  # what every engine raises; defined with UserError
 from assistant.text import rough_tokens
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
-
-
-class ModelError(RuntimeError):
-    """A model cannot be loaded or used; the message says what to do about it."""
 
 
 @dataclass
