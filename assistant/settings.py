@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     openai_retry_backoff_s: float = Field(default=0.5, ge=0, description="First wait between retries (doubled "
                                           "each time; the server's Retry-After wins, capped at 30 s)")
 
-    # remote embeddings: an OpenAI-compatible /v1/embeddings endpoint (assistant/embed_remote.py)
+    # remote embeddings: an OpenAI-compatible /v1/embeddings endpoint (assistant/embed/remote.py)
     embeddings_base_url: str = Field(default="", description="e.g. http://gpu-box:8001/v1: embed with that server "
                                      "instead of a local embedder (the index records it as openai:<model>)")
     embeddings_model: str = Field(default="", description="The embedding model's name on that server (empty: "

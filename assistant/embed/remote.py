@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .embed import Embedder
-from .errors import UserError
-from .openai_http import RemoteError, RemotePolicy, make_client, ping, remote_error, retrying
+from ..errors import UserError
+from ..openai_http import RemoteError, RemotePolicy, make_client, ping, remote_error, retrying
+from .base import Embedder
 
 log = logging.getLogger(__name__)
 PREFIX = "openai:"
