@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, get_args
 
+from .corpus.layout import DOCS_FOLDER, docs_root, has_synced_docs
 from .errors import UserError
 from .filters import Filters
 from .lang import detect_language
@@ -93,8 +94,6 @@ def cmd_index_build(args: argparse.Namespace) -> int:
 def _without_shadowed(roots: list[Path], s: Settings, given: list[Path], log: Any) -> list[Path]:
     """Drop the folders whose pages would have the synced cache's source names (another `framework-docs`
     folder, e.g. ../shared/framework-docs from an earlier --docs): indexed both, each page would be there twice."""
-    from .corpus.sync import DOCS_FOLDER, docs_root, has_synced_docs
-
     if s.corpus_cache_dir is None or not has_synced_docs(s.corpus_cache_dir):
         return roots
     synced = docs_root(s.corpus_cache_dir).resolve()
@@ -128,7 +127,7 @@ def cmd_index_stats(args: argparse.Namespace) -> int:
 # ---- corpus --------------------------------------------------------------------------------------
 def cmd_corpus_sync(args: argparse.Namespace) -> int:
     from .corpus.manifest import PINNED_LOCK, load_manifest, select
-    from .corpus.sync import docs_root, sync
+    from .corpus.sync import sync
 
     s = _settings(args)
     cache = Path(args.cache_dir) if args.cache_dir else Path(s.corpus_cache_dir or s.cache_dir / "corpus")

@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from .corpus.layout import PROJECT_ROOT, docs_root, has_synced_docs
 from .errors import UserError
 from .keys import hash_keys
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # generation engines (assistant/llm/factory.py builds them); "scripted" is the plumbing-test engine
 Backend = Literal["llama", "transformers", "openai", "scripted"]
 
@@ -193,8 +193,6 @@ class Settings(BaseSettings):
         if self.corpus_cache_dir is None:
             self.corpus_cache_dir = self.cache_dir / "corpus"
         if "docs" not in self.model_fields_set:
-            from .corpus.sync import docs_root, has_synced_docs
-
             if has_synced_docs(self.corpus_cache_dir):
                 self.docs = [*self.docs, str(docs_root(self.corpus_cache_dir))]
         return self

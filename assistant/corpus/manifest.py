@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..settings import PROJECT_ROOT
+from .layout import MANIFEST, PINNED_LOCK
 
-MANIFEST = PROJECT_ROOT / "corpus" / "sources.yaml"
-PINNED_LOCK = PROJECT_ROOT / "corpus" / "sources.lock.json"
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 

@@ -40,16 +40,10 @@ from typing import Any
 
 from ..errors import UserError
 from ..private import private_dir, private_file, replace_durably
-from .manifest import PINNED_LOCK, PathSpec, Source, git_blob_id, read_pinned, sha256
+from .layout import CACHE_LOCK, PINNED_LOCK, docs_root
+from .manifest import PathSpec, Source, git_blob_id, read_pinned, sha256
 
-DOCS_FOLDER = "framework-docs"
-CACHE_LOCK = ".sources.lock.json"
 GIT_TIMEOUT_S = 300.0
-
-
-def docs_root(corpus_cache: Path) -> Path:
-    """The folder the index takes the synced pages from."""
-    return Path(corpus_cache) / DOCS_FOLDER
 
 
 def read_cache_lock(root: Path) -> dict[str, Any]:
@@ -59,10 +53,6 @@ def read_cache_lock(root: Path) -> dict[str, Any]:
         return {"sources": {}, "files": {}}
     data = json.loads(f.read_text(encoding="utf-8"))
     return {"sources": data.get("sources", {}), "files": {e["local"]: e for e in data.get("files", [])}}
-
-
-def has_synced_docs(corpus_cache: Path) -> bool:
-    return (docs_root(corpus_cache) / CACHE_LOCK).is_file()
 
 
 @dataclass
