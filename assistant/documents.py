@@ -33,21 +33,21 @@ from typing import Any, Literal
 
 from .embed import Embedder
 from .errors import UserError
+from .index.builder import build_index
+from .index.location import open_index
+from .index.server import ServerIndex
+from .ingest import LoadError, chunk_document, load_document
+from .ingest.uploads import REGISTRY, read_registry, uploads_dir
 from .private import private_dir, replace_durably
 from .types import UPLOADS_FOLDER
 
 log = logging.getLogger(__name__)
 
 UPLOAD_SUFFIXES = (".md", ".markdown", ".rst", ".ipynb", ".html", ".htm", ".pdf", ".txt")
-REGISTRY = ".documents.json"
 ID_RE = re.compile(r"^[0-9a-f]{32}$")
 JobStatus = Literal["queued", "running", "done", "failed"]
 _KEEP_JOBS = 1000
 _BUSY_RETRY_S = 120.0  # how long a job waits for another build (the CLI's) to finish
-
-
-def uploads_dir(state_dir: Path) -> Path:
-    return Path(state_dir) / UPLOADS_FOLDER
 
 
 @dataclass
@@ -85,30 +85,6 @@ def safe_name(name: str) -> str:
         stem, dot, suffix = base.rpartition(".")
         base = stem[: 150] + dot + suffix if dot else base[:160]
     return base
-
-
-def read_registry(root: Path) -> dict[str, dict[str, Any]]:
-    f = Path(root) / REGISTRY
-    try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {d["id"]: d for d in data.get("documents", []) if isinstance(d, dict) and "id" in d}
-
-
-def upload_meta(path: Path, root: Path) -> dict[str, str]:
-    """What the loader adds to a page of the uploads folder: the date it was added; {} for any other file."""
-    root = Path(root)
-    if root.name != UPLOADS_FOLDER or not (root / REGISTRY).is_file():
-        return {}
-    try:
-        doc_id = Path(path).resolve().relative_to(root.resolve()).parts[0]
-    except (ValueError, IndexError):
-        return {}
-    entry = read_registry(root).get(doc_id)
-    if not entry:
-        return {}
-    return {"date": time.strftime("%Y-%m-%d %H:%M", time.localtime(float(entry["added"])))}
 
 
 class DocumentLibrary:
@@ -150,8 +126,6 @@ class DocumentLibrary:
     # ---- add --------------------------------------------------------------------------------------
     def add(self, filename: str, data: bytes, owner: str | None = None) -> tuple[str, Job]:
         """Check an upload now (a 4xx UserError for what is refused), then queue its indexing job."""
-        from .ingest import LoadError, chunk_document, load_document
-
         name = safe_name(filename)
         suffix = Path(name).suffix.lower()
         if not name or suffix not in UPLOAD_SUFFIXES:
@@ -305,8 +279,6 @@ class DocumentLibrary:
     # ---- the build ----------------------------------------------------------------------------------------
     def _index(self) -> Any:
         """Where the index lives (a local directory or a Chroma server: assistant/index/location.py)."""
-        from .index.location import open_index
-
         return open_index(self.settings)
 
     def roots(self) -> list[Path]:
@@ -325,9 +297,6 @@ class DocumentLibrary:
         return root.is_dir() and any(p.is_dir() for p in root.iterdir())
 
     def _build(self, job: Job) -> None:
-        from .index.builder import build_index
-        from .index.server import ServerIndex
-
         index = self._index()
         meta = index.current_meta()
 

@@ -27,15 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..corpus.sync import provenance
 from ..embed import Embedder
 from ..errors import UserError
-from ..ingest import LoadError, chunk_document, discover, load_document
+from ..ingest import DEFAULT_CHUNK_TOKENS, LoadError, chunk_document, discover, load_document
 from ..ingest.chunker import CHUNKER_VERSION
 from ..private import DIR_MODE, fsync_dir, private_dir, private_file, replace_durably, seal_tree
 from ..types import Chunk
 from .cache import EmbeddingCache
 from .identity import embedder_version, probe_vector
-from .keyword import KeywordIndex
+from .keyword import KeywordIndex, keyword_text
 from .snapshot import IndexMeta, current_generation, read_chunks, read_meta, write_meta
 from .store import VectorStore
 
@@ -72,8 +73,6 @@ def _sha(path: Path) -> str:
 def _fingerprint(path: Path, root: Path) -> str:
     """The file's sha256, and for a synced page also its provenance: the same bytes at a new commit get new
     links, so their chunks are made again (same ids, so no new embeddings)."""
-    from ..corpus.sync import provenance
-
     prov = provenance(path, root)
     if not prov:
         return _sha(path)
@@ -171,8 +170,6 @@ def _plan(doc_paths: list[Path], embedder: Embedder, chunk_tokens: int | None, p
           prev_meta: IndexMeta | None, prev_chunks: Callable[[], list[Chunk]], log: Callable[[str], None]) -> _Plan:
     """What to build: the files, their chunks (reused from the previous generation where a file is unchanged and
     the build settings are the same); report.unchanged when nothing changed at all."""
-    from ..ingest import DEFAULT_CHUNK_TOKENS
-
     chunk_tokens = chunk_tokens or DEFAULT_CHUNK_TOKENS
     files = discover(doc_paths)
     fingerprints = {str(f): _fingerprint(f, root) for f, root in files}
@@ -347,11 +344,6 @@ def _build_on_server(server: ServerIndex, index_dir: Path, doc_paths: list[Path]
     report.generation = gen
     report.chunks = len(chunks)
     return report
-
-
-def keyword_text(c: Chunk) -> str:
-    # Headings carry the section's topic words; framework names make "PyTorch FSDP" match the right docs.
-    return " ".join([*c.heading_path, *c.frameworks, c.text])
 
 
 def embed_text(c: Chunk) -> str:

@@ -3,9 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from ..text import tokenize
+from ..types import Chunk
+
+
+def keyword_text(c: Chunk) -> str:
+    """What BM25 indexes of a chunk. Headings carry the section's topic words; framework names make "PyTorch FSDP"
+    match the right docs."""
+    return " ".join([*c.heading_path, *c.frameworks, c.text])
 
 
 class KeywordIndex:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from .server import ServerIndex
 from .snapshot import IndexMeta, IndexSnapshot, current_generation, read_meta, require_generation
 
 if TYPE_CHECKING:
@@ -74,7 +75,5 @@ class LocalIndex:
 def open_index(settings: Settings) -> IndexLocation:
     """The index the settings name: the Chroma server of settings.chroma_url, else settings.index_dir."""
     if settings.chroma_url:
-        from .server import ServerIndex
-
         return ServerIndex(settings.chroma_url, settings.chroma_prefix)
     return LocalIndex(Path(settings.index_dir))

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..types import Chunk
-from .keyword import KeywordIndex
+from .keyword import KeywordIndex, keyword_text
 from .store import VectorStore
 
 META = "meta.json"
@@ -132,8 +132,6 @@ class IndexSnapshot:
     def from_parts(cls, name: str, location: str, meta: IndexMeta, chunks: list[Chunk],
                    open_store: Callable[[], VectorStore], keyword: KeywordIndex | None = None) -> IndexSnapshot:
         """A snapshot of a generation kept elsewhere (a Chroma server): `keyword` defaults to BM25 over `chunks`."""
-        from .builder import keyword_text
-
         snap = cls.__new__(cls)
         snap._setup(name, location, meta, chunks, open_store,
                     keyword or KeywordIndex.build([keyword_text(c) for c in chunks]))

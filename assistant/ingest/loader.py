@@ -4,7 +4,7 @@ Owns the format dispatch by suffix, the `source` naming rule (relative to the pa
 indexed root, so citations read `framework-docs/jax/docs/...` or `corpus/notes/...`), document
 metadata (front matter first, then the path, then the text; a page of a synced docs folder gets its upstream
 link and licence from that folder's cache lock, assistant/corpus/sync.py; an uploaded one the date it was
-added, assistant/documents.py) and the error policy: anything that
+added, from the uploads registry, uploads.py) and the error policy: anything that
 cannot be read becomes `LoadError(path, reason)`, which `load_all` collects and reports. Text that
 leaves here is valid Unicode: a lone surrogate (a JSON or YAML escape such as "\\ud800" decodes to one)
 becomes U+FFFD, since the index, the embedder and the HTTP responses cannot encode it.
@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from assistant.corpus.sync import provenance
 from assistant.errors import UserError
 from assistant.frameworks import canonical, framework_counts
 from assistant.lang import detect_language
@@ -28,6 +29,7 @@ from . import formats
 from .markdown import parse_markdown, split_front_matter
 from .rst import parse_rst
 from .sections import MappedSection
+from .uploads import upload_meta
 
 SUFFIXES = {".md": "md", ".markdown": "md", ".rst": "rst", ".ipynb": "ipynb", ".html": "html", ".htm": "html",
             ".pdf": "pdf", ".txt": "txt", ".py": "py"}
@@ -125,9 +127,6 @@ def load_document(path: Path, root: Path | None = None) -> Document:
     if "license" in out_meta:
         out_meta.setdefault("licence", out_meta.pop("license"))
     if root is not None:
-        from assistant.corpus.sync import provenance
-        from assistant.documents import upload_meta
-
         out_meta.update({k: v for k, v in provenance(path, root).items() if k in PROVENANCE_KEYS})
         out_meta.update(upload_meta(path, root))  # an uploaded document: when it was added
     out_meta["path"] = str(path)
