@@ -317,7 +317,7 @@ def cmd_db_copy(args: argparse.Namespace) -> int:
     """Copy a SQLite state directory's sessions, messages and feedback into PostgreSQL; rows already there are
     skipped, so running it again adds nothing."""
     from .sessions import SessionStore
-    from .sessions_pg import PostgresSessionStore, redact
+    from .sessions.postgres import PostgresSessionStore, redact
 
     src_path = Path(args.from_sqlite)
     if src_path.is_dir():

@@ -7,7 +7,7 @@ file is hashed line by line as it is read. There is no default key: with none co
 is False and the server is a single local user's (loopback only, see ui/server.py serve()).
 
 A key's *owner id* (`owner_id`) is the first 16 hex digits of its digest: what a session row stores to say
-which key created it (assistant/sessions.py). It names the key without being usable as one.
+which key created it (assistant/sessions/). It names the key without being usable as one.
 """
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ class Settings(BaseSettings):
                                     "server, else required; 'none' for a trusted server without auth)")
     embeddings_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per /v1/embeddings request")
 
-    # the sessions database (assistant/sessions.py); empty: SQLite in state_dir
+    # the sessions database (assistant/sessions/); empty: SQLite in state_dir
     database_url: str = Field(default="", repr=False, description="postgresql://user:password@host:port/db keeps "
                               "sessions and feedback in PostgreSQL (the [postgres] extra), shared by replicas; "
                               "empty: SQLite in state_dir")

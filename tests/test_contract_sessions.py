@@ -1,4 +1,4 @@
-"""One contract for every session store (assistant/sessions.py `SessionStorage`): SQLite in a temp dir, and a
+"""One contract for every session store (assistant/sessions/ `SessionStorage`): SQLite in a temp dir, and a
 real PostgreSQL that the tests start themselves (tests/pgserver.py; skipped only when its binaries are not
 installed). Turns round trip, owners are isolated, a delete takes its messages and feedback, history keeps to
 its token budget, retention prunes by age and count, concurrent turns from threads (and from two stores on one
@@ -338,7 +338,7 @@ def _sqlite_state(tmp_path: Path) -> tuple[Path, str, str]:
 
 def test_db_copy_command_is_idempotent(pg_url: str, tmp_path: Path, capsys) -> None:
     from assistant.cli import main
-    from assistant.sessions_pg import PostgresSessionStore
+    from assistant.sessions.postgres import PostgresSessionStore
 
     state, sid, mid = _sqlite_state(tmp_path)
     password = pg_url.split(":")[2].split("@")[0]
@@ -364,7 +364,7 @@ def test_db_copy_command_is_idempotent(pg_url: str, tmp_path: Path, capsys) -> N
 
 
 def test_connection_errors_name_the_server_not_the_password(pg_server) -> None:
-    from assistant.sessions_pg import PostgresSessionStore, redact
+    from assistant.sessions.postgres import PostgresSessionStore, redact
 
     wrong = pg_server.url().replace(pg_server.password, "Wrong-Secret-123")
     with pytest.raises(UserError) as info:
@@ -389,7 +389,7 @@ def test_connection_errors_name_the_server_not_the_password(pg_server) -> None:
 def test_a_dropped_connection_is_reopened(pg_server, pg_url: str) -> None:
     import psycopg
 
-    from assistant.sessions_pg import PostgresSessionStore
+    from assistant.sessions.postgres import PostgresSessionStore
 
     store = PostgresSessionStore(pg_url)
     sid = store.ensure(None)
@@ -413,7 +413,7 @@ def test_the_api_on_postgresql(scripted_service, pg_server, pg_url: str, monkeyp
     import psycopg
     from fastapi.testclient import TestClient
 
-    from assistant.sessions_pg import PostgresSessionStore
+    from assistant.sessions.postgres import PostgresSessionStore
     from ui.server import create_app
 
     monkeypatch.setenv("ASSISTANT_DATABASE_URL", pg_url)

@@ -137,7 +137,7 @@ def test_a_session_started_on_one_replica_is_continued_on_the_other(cluster: Clu
         assert [(f["message_id"], f["rating"], f["comment"]) for f in fb] == want, fb
 
     # and it is in PostgreSQL, read through the store's own API (not a replica's)
-    from assistant.sessions_pg import PostgresSessionStore
+    from assistant.sessions.postgres import PostgresSessionStore
 
     store = PostgresSessionStore(cluster.database_url)
     try:

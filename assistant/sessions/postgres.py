@@ -1,7 +1,7 @@
 """Sessions, messages and feedback in PostgreSQL (psycopg 3, the `[postgres]` extra): the shared database of
 several replicas, chosen by ASSISTANT_DATABASE_URL=postgresql://user:password@host:port/db.
 
-The logic and the schema's migrations are assistant/sessions.py's (`SqlSessions`); this module is the dialect:
+The logic and the schema's migrations are store.py's (`SqlSessions`); this module is the dialect:
 one autocommit connection per store behind the store's lock, every read and write in one transaction, a
 broken connection reopened on the next call, migrations serialized across processes by an advisory lock. A
 database that cannot be reached is a UserError (503 for a request) naming the server without its password."""
@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import UserError
-from .sessions import Db, SqlSessions
+from ..errors import UserError
+from .store import Db, SqlSessions
 
 log = logging.getLogger(__name__)
 

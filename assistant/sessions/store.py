@@ -14,8 +14,8 @@ retention count, are pruned when the store opens and every PRUNE_EVERY turns.
 
 `SessionStorage` is the contract every backend meets (tests/test_contract_sessions.py runs it over each);
 `SqlSessions` holds the logic once, over a small dialect (placeholders, types, transactions); `SessionStore`
-is SQLite, `assistant.sessions_pg.PostgresSessionStore` PostgreSQL (ASSISTANT_DATABASE_URL); `open_store`
-picks one from the settings. The schema is versioned: MIGRATIONS are ordered steps recorded in the
+is SQLite, `postgres.PostgresSessionStore` PostgreSQL (ASSISTANT_DATABASE_URL); `open_store` (the package's
+__init__) picks one from the settings. The schema is versioned: MIGRATIONS are ordered steps recorded in the
 `schema_version` table, run when a store opens (each step is idempotent, so a file from before the table
 existed, or a step cut short, is brought up to date)."""
 from __future__ import annotations
@@ -30,14 +30,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from .errors import UserError
-from .private import private_dir, private_file
-from .text import rough_tokens
-
-if TYPE_CHECKING:
-    from .settings import Settings
+from ..errors import UserError
+from ..private import private_dir, private_file
+from ..text import rough_tokens
 
 PRUNE_EVERY = 50  # turns written between two prunings
 
@@ -481,12 +478,3 @@ class SessionStore(SqlSessions):
     def close(self) -> None:
         self._db.close()
 
-
-def open_store(settings: Settings) -> SessionStorage:
-    """The store the settings name: PostgreSQL for a `database_url`, else SQLite in the state directory."""
-    age, count = settings.session_max_age_days, settings.session_max_count
-    if settings.database_url:
-        from .sessions_pg import PostgresSessionStore
-
-        return PostgresSessionStore(settings.database_url, max_age_days=age, max_sessions=count)
-    return SessionStore(Path(settings.state_dir) / "assistant.db", max_age_days=age, max_sessions=count)
