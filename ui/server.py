@@ -257,7 +257,7 @@ def create_app(service: AssistantService, *, with_ui: bool = True, load: bool = 
     app.state.mcp_sessions = mcp_server.mount(app, service)  # MCP streamable HTTP at /mcp, behind the same access
     _openapi_as_served(app, access)
     if with_ui:
-        from .web import mount_ui
+        from .page import mount_ui  # Gradio is imported only for the UI
 
         app = mount_ui(app, service)
     return app
