@@ -18,24 +18,14 @@ from .errors import UserError
 from .filters import Filters
 from .lang import detect_language
 from .llm.base import ModelError
-from .settings import Backend, Settings, load_settings
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    over: dict[str, Any] = {}
-    for key in ("index_dir", "model", "backend", "embedder", "state_dir"):
-        val = getattr(args, key, None)
-        if val is not None:
-            over[key] = val
-    if getattr(args, "translate", False):
-        over["translate_queries"] = True
-    return load_settings(**over)
+from .sessions_cli import add_parser as add_sessions
+from .settings import Backend, Settings, settings_from_args
 
 
 def _service(args: argparse.Namespace):
     from .service import AssistantService
 
-    return AssistantService(_settings(args))
+    return AssistantService(settings_from_args(args))
 
 
 def _print_json(obj: Any) -> None:
@@ -49,7 +39,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     from .index.location import open_index
     from .index.server import ServerIndex
 
-    s = _settings(args)
+    s = settings_from_args(args)
     index_dir = Path(s.index_dir)
     index = open_index(s)
     roots = [Path(p) for p in (args.docs or [])]
@@ -129,7 +119,7 @@ def cmd_corpus_sync(args: argparse.Namespace) -> int:
     from .corpus.manifest import PINNED_LOCK, load_manifest, select
     from .corpus.sync import sync
 
-    s = _settings(args)
+    s = settings_from_args(args)
     cache = Path(args.cache_dir) if args.cache_dir else Path(s.corpus_cache_dir or s.cache_dir / "corpus")
     every = load_manifest(Path(args.manifest)) if args.manifest else load_manifest()
     chosen = select(every, args.source)
@@ -247,12 +237,12 @@ def _adapter(name: str) -> Any:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    _adapter("serve")(_settings(args), host=args.host, port=args.port)  # ui/ lives outside the core package
+    _adapter("serve")(settings_from_args(args), host=args.host, port=args.port)  # ui/ lives outside the core package
     return 0
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    _adapter("mcp")(_settings(args))  # the MCP server over stdio (ui/mcp_server.py), outside the core package
+    _adapter("mcp")(settings_from_args(args))  # the MCP server over stdio (ui/mcp_server.py), outside the core package
     return 0
 
 
@@ -283,7 +273,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     from .llm.factory import describe_models
     from .llm.models import prepare_model
 
-    s = _settings(args)
+    s = settings_from_args(args)
     if args.action == "list":
         for row in describe_models(s):
             print(json.dumps(row, ensure_ascii=False))
@@ -304,7 +294,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .lang import env_language
 
     lang = env_language()
-    checks = run_doctor(_settings(args), host=args.host, port=args.port, only=args.check)
+    checks = run_doctor(settings_from_args(args), host=args.host, port=args.port, only=args.check)
     if args.json:
         _print_json(report(checks, lang))
     else:
@@ -326,7 +316,7 @@ def cmd_db_copy(args: argparse.Namespace) -> int:
         raise UserError("path_not_found", f"No sessions database at {src_path}: give a state directory "
                         "(with assistant.db) or the file.", f"{src_path} 没有会话数据库：请给出状态目录"
                         "（含 assistant.db）或该文件。")
-    url = args.to or _settings(args).database_url
+    url = args.to or settings_from_args(args).database_url
     if not url:
         raise UserError("no_database_url", "Say where to copy to: --to postgresql://... or ASSISTANT_DATABASE_URL.",
                         "请指定目标：--to postgresql://... 或 ASSISTANT_DATABASE_URL。")
@@ -491,8 +481,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "(default: ASSISTANT_DATABASE_URL)")
     dc.add_argument("--json", action="store_true", help="print the rows added per table as JSON")
     dc.set_defaults(func=cmd_db_copy)
-
-    from .sessions_cli import add_parser as add_sessions
 
     add_sessions(sub)
 

@@ -13,15 +13,15 @@ from typing import Any
 from . import export
 from .errors import UserError
 from .sessions import unknown_session
+from .settings import settings_from_args
 
 
 def _service(args: argparse.Namespace) -> Any:
-    from .cli import _settings
     from .service import AssistantService
 
     if args.state_dir:
         args.state_dir = str(Path(args.state_dir))
-    return AssistantService(_settings(args))  # opens the session store only: no index or model is loaded
+    return AssistantService(settings_from_args(args))  # opens the session store only: no index or model is loaded
 
 
 def _session(svc: Any, session_id: str) -> dict[str, Any]:

@@ -240,3 +240,15 @@ def load_settings(**overrides: Any) -> Settings:
         raise UserError("settings_invalid", f"Invalid setting: {en}.", f"设置无效：{zh}。") from None
     except SettingsError as e:  # a list setting given as malformed JSON ("[...")
         raise UserError("settings_invalid", f"Invalid setting: {e}.", f"设置无效：{e}。") from None
+
+def settings_from_args(args: Any) -> Settings:
+    """load_settings with the overrides a command line gives (argparse: --index-dir, --model, --backend, --embedder,
+    --state-dir, --translate), for every `assistant` command."""
+    over: dict[str, Any] = {}
+    for key in ("index_dir", "model", "backend", "embedder", "state_dir"):
+        val = getattr(args, key, None)
+        if val is not None:
+            over[key] = val
+    if getattr(args, "translate", False):
+        over["translate_queries"] = True
+    return load_settings(**over)
