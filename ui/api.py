@@ -62,7 +62,7 @@ def event_payload(ev: Event) -> Any:
     return ev.data
 
 
-async def _sse(events: AsyncIterator[Event], on_event: Callable[[str], None]) -> AsyncIterator[dict[str, str]]:
+async def sse_events(events: AsyncIterator[Event], on_event: Callable[[str], None]) -> AsyncIterator[dict[str, str]]:
     async for ev in events:
         on_event(ev.kind)
         yield {"event": ev.kind, "data": json.dumps(event_payload(ev), ensure_ascii=False)}
@@ -80,7 +80,7 @@ async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metr
         events = await open_answer_stream(
             service, request.app.state.stream_slots, lang,
             lambda ticket: service.ask_stream(body.question, body.session_id, filters, ticket, owner=owner))
-        return EventSourceResponse(_sse(events, on_event), ping=15)
+        return EventSourceResponse(sse_events(events, on_event), ping=15)
     ticket = service.queue.reserve()  # on the event loop, before retrieval: a full queue is a 503 now
     answer = await answer_unless_gone(request, service, ticket, lambda: service.ask(
         body.question, body.session_id, filters, ticket, owner=owner))

@@ -20,7 +20,7 @@ from assistant.sessions import CLIENT_PATTERN, unknown_session
 from assistant.types import EVENT_KINDS
 
 from .admission import answer_unless_gone, rate_limit
-from .api import _sse
+from .api import sse_events
 from .auth import OwnerDep, bearer_scheme
 from .deps import ClientQuery, MetricsDep, ReadyServiceDep, ServiceDep, request_lang
 from .schemas import COMMON_ERRORS, AnswerResponse, RequestBody, error_responses, sse_response
@@ -94,7 +94,7 @@ async def regenerate(session_id: str, request: Request, service: ReadyServiceDep
     if body.stream:
         events = await open_answer_stream(service, request.app.state.stream_slots, lang, lambda ticket: (
             service.regenerate_stream(session_id, body.question, ticket, owner=owner, client=client)))
-        return EventSourceResponse(_sse(events, metrics.stream_observer(time.perf_counter())), ping=15)
+        return EventSourceResponse(sse_events(events, metrics.stream_observer(time.perf_counter())), ping=15)
     ticket = service.queue.reserve()
     answer = await answer_unless_gone(request, service, ticket, lambda: service.regenerate(
         session_id, body.question, ticket, owner=owner, client=client))

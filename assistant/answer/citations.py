@@ -295,7 +295,7 @@ class CitationChecker:
                 score = float(support[i, j])
                 if n not in used or used[n].support < score:
                     shown = quote or (snippet if n == top else _snippet(text, src_sents[j], int(self._best_sent[i, j])))
-                    used[n] = _record(src, shown, score)
+                    used[n] = citation_record(src, shown, score)
             marks = "".join(f"[{n}]" for n in keep)
             out_sents.append(text[:-1] + marks + text[-1] if text[-1:] in ":：" else text + marks)
         if not result.supported_sentences and result.removed_sentences:
@@ -368,7 +368,7 @@ def quoted_answer(src: Source, sentence: str, lang: str) -> tuple[str, Citation]
     The quote's own end mark is dropped so that the answer stays one sentence with its [n]."""
     quote = re.sub(r"[。！？；.!?;:：\s]+$", "", sentence.strip())
     text = f"{QUOTE_LEAD['zh']}“{quote}”[{src.n}]。" if lang == "zh" else f'{QUOTE_LEAD["en"]} "{quote}" [{src.n}].'
-    return text, _record(src, sentence, 1.0)
+    return text, citation_record(src, sentence, 1.0)
 
 
 def split_lead_in(sentence: str) -> list[str]:
@@ -413,7 +413,8 @@ def _snippet(claim: str, sents: list[str], best: int) -> str:
     return " ".join(sents[m] for m in sorted((best, k)))
 
 
-def _record(src: Source, snippet: str, score: float) -> Citation:
+def citation_record(src: Source, snippet: str, score: float) -> Citation:
+    """The Citation of a source as shown: its chunk's identity and provenance, the snippet and its support."""
     c = src.hit.chunk
     return Citation(n=src.n, chunk_id=c.id, title=c.title, heading_path=list(c.heading_path), source=c.source,
                     lines=list(c.lines), snippet=snippet.strip()[:400], support=round(score, 4), supported=True,

@@ -26,8 +26,7 @@ from ..advisor.scenario import parse_free_text
 from ..frameworks import find_frameworks
 from ..text import cjk_count, split_sentences, tokenize
 from ..types import Chunk, Citation, Hit
-from .citations import CitationChecker, is_factual, parse_markers
-from .citations import _record as citation_record
+from .citations import CitationChecker, citation_record, is_factual, parse_markers
 from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
 from .prompt import Source as PromptSource
 
