@@ -25,7 +25,7 @@ help:
 	@echo "make eval       full evaluation with the default model -> eval/out/latest/report.html"
 	@echo "make bench      retrieval, API latency and speed benchmarks"
 	@echo "make plots      SVG plots of bench/results/*.json -> docs/img/ (measures nothing)"
-	@echo "make lint       ruff + mypy"
+	@echo "make lint       ruff + import contracts (.importlinter) + mypy"
 	@echo "make lock       refresh the hash-pinned locks in requirements/ from pyproject.toml (UPGRADE=1: newest)"
 
 # Supply chain (README "Supply chain"): every registry package comes from a hash-pinned lock, and nothing is
@@ -154,6 +154,7 @@ plots: install
 
 lint: install
 	$(BIN)/ruff check assistant ui tests bench
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 
 # Refresh the locks from pyproject.toml and requirements-models.txt (keeps the pins that still fit; UPGRADE=1
