@@ -1,18 +1,20 @@
 """Running one trial script in a child process with a time limit, a memory limit and a CPU budget.
 
-The child is the environment's own python, never the caller's process. Before it executes (preexec, in the
-forked child) it gets `RLIMIT_AS` (address space, the memory limit), `RLIMIT_CPU` (CPU seconds, a backstop
-to the wall-clock limit), a CPU affinity of `threads` cores (the same thread budget for every framework,
-whatever its own thread settings do) and its own session, so its process group is killed as one: on the
-wall-clock limit, on `cancel` (a threading.Event set by the caller) and when the caller goes away. stdout is
-read line by line as it comes (`on_line` sees each); stdin can be fed (the pdb probe).
+The child is the environment's own python, never the caller's process. A two-line launcher (LAUNCHER, run by
+this interpreter in the new process, then replaced by `exec`, so the PID stays) gives it `RLIMIT_AS` (address
+space, the memory limit), `RLIMIT_CPU` (CPU seconds, a backstop to the wall-clock limit) and a CPU affinity of
+`threads` cores (the same thread budget for every framework, whatever its own thread settings do); no
+preexec_fn, which is unsafe in a threaded server. The child has its own session, so its process group is killed
+as one: on the wall-clock limit, on `cancel` (a threading.Event set by the caller) and when the caller goes
+away. stdout is read line by line as it comes (`on_line` sees each); stdin can be fed (the pdb probe).
 """
 from __future__ import annotations
 
+import json
 import os
-import resource
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -62,16 +64,17 @@ def child_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, st
     return env
 
 
-def _preexec(limits: Limits) -> Callable[[], None]:
-    cores = sorted(os.sched_getaffinity(0))[: limits.threads]
-    mem = limits.memory_mb * 2**20
-    cpu = int(limits.timeout_s * limits.threads) + 10
+LAUNCHER = ("import json, os, resource, sys; a = json.loads(sys.argv[1]); "
+            "resource.setrlimit(resource.RLIMIT_AS, (a['mem'], a['mem'])); "
+            "resource.setrlimit(resource.RLIMIT_CPU, (a['cpu'], a['cpu'] + 5)); "
+            "os.sched_setaffinity(0, a['cores']); os.execvp(sys.argv[2], sys.argv[2:])")
 
-    def apply() -> None:  # runs in the forked child before exec: no locks, no allocation-heavy work
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-        os.sched_setaffinity(0, cores)
-    return apply
+
+def launch_command(cmd: list[str], limits: Limits) -> list[str]:
+    """`cmd` behind the launcher that applies the limits and then becomes it."""
+    cores = sorted(os.sched_getaffinity(0))[: limits.threads]
+    spec = {"mem": limits.memory_mb * 2**20, "cpu": int(limits.timeout_s * limits.threads) + 10, "cores": cores}
+    return [sys.executable, "-c", LAUNCHER, json.dumps(spec), *cmd]
 
 
 def kill_group(pid: int) -> None:
@@ -85,10 +88,10 @@ def run(cmd: list[str], cwd: Path, limits: Limits, env: dict[str, str] | None = 
         on_line: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> Outcome:
     """Run `cmd` under the limits; returns when it exits or is killed (its whole process group)."""
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env if env is not None else child_env(limits.threads),
+    proc = subprocess.Popen(launch_command(cmd, limits), cwd=cwd, env=env if env is not None else child_env(limits.threads),
                             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
-                            errors="replace", start_new_session=True, preexec_fn=_preexec(limits))
+                            errors="replace", start_new_session=True)
     out = Outcome(None, pid=proc.pid)
     err_parts: list[str] = []
 
