@@ -158,6 +158,18 @@ def cmd_documents(args: argparse.Namespace) -> int:
             for doc_id in args.ids:
                 print(json.dumps(svc.delete_document(doc_id)))
             return 0
+        if args.documents_command in ("pin", "unpin", "pinned"):
+            info = svc.pinned_documents()
+            for ref in getattr(args, "ids", []):
+                info = svc.pin(ref) if args.documents_command == "pin" else svc.unpin(ref)
+            if args.json:
+                _print_json(info)
+                return 0
+            print(f"pinned: {info['tokens']} of {info['budget']} tokens, {info['passages']} passages"
+                  + ("" if info["enabled"] else " (pinned context is off)"))
+            for src in info["sources"]:
+                print(f"  {src}")
+            return 0
         for path in args.paths:
             p = Path(path)
             try:
@@ -403,6 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     da.add_argument("paths", nargs="+", metavar="FILE")
     dd = dsb.add_parser("delete", help="remove uploaded documents from the index")
     dd.add_argument("ids", nargs="+", metavar="DOCUMENT_ID")
+    for verb, text in (("pin", "keep documents always in the model's context (within pinned_token_budget)"),
+                       ("unpin", "stop pinning documents (they stay in the index)")):
+        pp = dsb.add_parser(verb, help=text)
+        pp.add_argument("ids", nargs="+", metavar="DOCUMENT", help="id, source or name (documents list --all)")
+        pp.add_argument("--json", action="store_true")
+    dsb.add_parser("pinned", help="what is pinned: the sources, their tokens, the budget").add_argument(
+        "--json", action="store_true")
     dp.set_defaults(func=cmd_documents)
 
     s = sub.add_parser("search", help="hybrid search; prints ranked passages")

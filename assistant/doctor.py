@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import UserError
 from .llm.base import ModelError
+from .llm.llamacpp import prefix_file_info
 from .settings import Settings
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -281,9 +282,34 @@ def check_selfcheck(settings: Settings) -> list[Check]:
     return checks
 
 
+def check_prefix(settings: Settings) -> Check:
+    """The cached pinned prefix (assistant/llm/llamacpp.py): its key, size and age, or that the next start builds it."""
+    if settings.backend != "llama" or not settings.pinned_context:
+        return Check("prefix", OK, "skipped: no pinned prefix is cached for this backend or setting",
+                     "跳过：此后端或设置不缓存置顶前缀")
+    files = sorted(Path(settings.cache_dir, "kv").glob("prefix-*.kv"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        return Check("prefix", WARN, "no cached prefix yet: the next start computes it (about a minute on 2 cores)",
+                     "尚无缓存的前缀：下次启动时计算（2 核约一分钟）", "assistant serve (or make run)", "assistant serve（或 make run）")
+    path = files[-1]
+    try:
+        info = prefix_file_info(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return Check("prefix", WARN, f"{path} is not a prefix file ({exc}); the next start rebuilds it",
+                     f"{path} 不是前缀文件（{exc}）；下次启动时重建")
+    age_h = (time.time() - path.stat().st_mtime) / 3600
+    if not info["intact"]:
+        return Check("prefix", WARN, f"{path.name} is damaged; the next start rebuilds it",
+                     f"{path.name} 已损坏；下次启动时重建")
+    en = (f"prefix {info['key'][:12]}: {info['tokens']:,} tokens, {info['bytes'] / 1e6:.0f} MB, built {age_h:.1f} h ago"
+          f" ({path})")
+    zh = f"前缀 {info['key'][:12]}：{info['tokens']:,} 个词元，{info['bytes'] / 1e6:.0f} MB，{age_h:.1f} 小时前构建（{path}）"
+    return Check("prefix", OK, en, zh)
+
+
 CHECKS: dict[str, Callable[..., Check | list[Check]]] = {
     "python": check_python, "cpu": check_cpu, "models": check_models, "embedder": check_embedder,
-    "index": check_index, "dirs": check_dirs, "port": check_port, "selfcheck": check_selfcheck,
+    "index": check_index, "prefix": check_prefix, "dirs": check_dirs, "port": check_port, "selfcheck": check_selfcheck,
 }
 
 

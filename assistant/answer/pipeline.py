@@ -5,6 +5,7 @@ The service (assistant/service.py) decides *when* each step runs (input checks, 
 rewrite, the generation queue, events to the adapters); this module decides *what* each step computes and
 holds no state of its own. Benchmarks replay the same functions, so what they measure is what users get.
 
+    extra_hits(hits, pinned)                     which retrieved passages follow the pinned prefix (answer/pinned.py)
     evidence(question, hits, config, ...)        the passages' sentences the prompt carries (budget and floor)
     generate(llm, messages, config)              a generator: yields token pieces, returns a Generation
     check(raw, question, sources, config, ...)   the checked answer (or a quote of the best evidence, or a refusal)
@@ -20,8 +21,9 @@ from typing import Any
 from ..embed import Embedder
 from ..llm.base import ChatModel, Message
 from ..types import Citation, Hit
-from .citations import CitationChecker, quoted_answer
+from .citations import CitationChecker, quoted_answer, renumber
 from .evidence import DEFAULT_MAX_SOURCES, best_sentence, select_evidence
+from .pinned import NONE, PinnedContext
 from .policy import refusal_text
 from .prompt import Source, asks_for_several
 
@@ -67,12 +69,36 @@ class Result:
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
+def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE) -> list[Hit]:
+    """The retrieved passages that follow the pinned prefix in the user's turn: those of other documents that
+    retrieval ranks above the pinned documents' best passage. A question whose best match is pinned gets none (the
+    prefix already holds it, and every added passage costs prefill time); passages of a pinned document are never
+    repeated."""
+    if not pinned.k:
+        return hits
+    out: list[Hit] = []
+    for hit in hits:
+        if pinned.holds(hit.chunk):
+            break
+        out.append(hit)
+    return out
+
+
+def pinned_shown(hits: list[Hit], pinned: PinnedContext = NONE) -> list[Source]:
+    """The pinned passages that retrieval ranked for this question, numbered as in the prefix: what the answer's
+    sources list shows of the pinned documents, and where a quote may come from."""
+    ranked = {h.chunk.id for h in hits}
+    return [s for s in pinned.numbered() if s.hit.chunk.id in ranked]
+
+
 def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_tokens: Callable[[str], int],
-             embedder: Embedder) -> list[Source]:
-    """The evidence an answer's prompt carries for these hits, within the token budget and above the floor."""
+             embedder: Embedder, pinned: PinnedContext = NONE) -> list[Source]:
+    """The evidence an answer's prompt carries for these hits, within the token budget and above the floor; with a
+    pinned context, only passages of other documents (extra_hits), numbered after the pinned ones."""
     budget, max_sources = evidence_budget(question, config)
-    return select_evidence(question, hits, count_tokens, budget, max_sources=max_sources, embedder=embedder,
-                           floor=config.evidence_floor)
+    chosen = select_evidence(question, extra_hits(hits, pinned), count_tokens, budget, max_sources=max_sources,
+                             embedder=embedder, floor=config.evidence_floor)
+    return [Source(s.n + pinned.k, s.hit, s.text) for s in chosen]
 
 
 def evidence_budget(question: str, config: PipelineConfig) -> tuple[int, int]:
@@ -100,22 +126,25 @@ def generate(llm: ChatModel, messages: list[Message], config: PipelineConfig,
 
 
 def check(raw: str, question: str, sources: list[Source], config: PipelineConfig, embedder: Embedder,
-          lang: str, user_text: str = "") -> Result:
-    """Keep the sentences their citations support; when none is, quote the closest evidence sentence (cited),
-    and when there is none, refuse. `user_text` (the user's words): sentences that restate it are no claims."""
-    checked = CitationChecker(embedder, config.support_threshold).check(raw, sources, user_text=user_text or question)
+          lang: str, user_text: str = "", pinned: PinnedContext = NONE, shown: list[Source] | None = None) -> Result:
+    """Keep the sentences their citations support (against the pinned passages and the evidence); when none is,
+    quote the closest sentence of the passages retrieval found for the question (`shown`, default the evidence), and
+    when there is none, refuse. `user_text` (the user's words): sentences that restate it are no claims. The kept
+    citations are numbered [1].. in the order the answer first cites them."""
+    checker = CitationChecker(embedder, config.support_threshold)
+    checked = checker.check(raw, pinned.numbered() + sources, user_text=user_text or question)
     diagnostics: dict[str, Any] = {
         "factual_sentences": checked.factual_sentences, "supported_sentences": checked.supported_sentences,
         "dropped_numbers": checked.dropped_numbers, "removed_sentences": checked.removed_sentences,
         "quoted_sentences": [list(q) for q in checked.quoted_sentences], "raw_answer": raw, "fallback": ""}
     if checked.text:
-        return Result(checked.text, checked.citations, diagnostics=diagnostics)
-    quote = best_sentence(question, sources, embedder)
+        return Result(*renumber(checked.text, checked.citations), diagnostics=diagnostics)
+    quote = best_sentence(question, sources if shown is None else shown, embedder)
     if quote is None:
         return Result(refusal_text("weak_evidence", lang), [], refused=True, diagnostics=diagnostics)
     text, cite = quoted_answer(quote[0], quote[1], lang)
     diagnostics["fallback"] = "quote"
-    return Result(text, [cite], diagnostics=diagnostics)
+    return Result(*renumber(text, [cite]), diagnostics=diagnostics)
 
 
 def refused(reason: str, lang: str) -> Result:

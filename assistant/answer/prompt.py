@@ -80,20 +80,23 @@ def format_source(s: Source) -> str:
 
 
 def build_messages(question: str, sources: list[Source], lang: str,
-                   history: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+                   history: list[dict[str, str]] | None = None, system: str = "") -> list[dict[str, str]]:
+    """The prompt: `system` (default SYSTEM_PROMPT; the pinned context's rules and documents when there is one,
+    answer/pinned.py), then the history, then the user's turn: the answer-language line, the numbered sources (if
+    any), the question and its hints."""
     # Untrusted document text is fenced so the model can tell data from the request; fence tags inside the
     # documents, the question or the history are defused so only ours delimit the sources.
     question = defuse_fences(question)
     body = "\n\n".join(format_source(s) for s in sources)
     # The answer-language line goes first: with the system prompt it forms a prefix that consecutive
     # questions in one language share, so llama.cpp reuses its KV cache instead of recomputing it.
-    parts = [ANSWER_IN[lang], f"<sources>\n{body}\n</sources>", f"Question: {question}"]
+    parts = [ANSWER_IN[lang], *([f"<sources>\n{body}\n</sources>"] if sources else []), f"Question: {question}"]
     if is_recommendation(question):
         parts.append(CRITERIA_HINT[lang])
     elif asks_for_several(question):
         parts.append(SEVERAL_HINT[lang])
     parts.append(ANSWER_LAST[lang])  # a short reminder last: small models drift into the sources' language
-    msgs = [{"role": "system", "content": SYSTEM_PROMPT}]
+    msgs = [{"role": "system", "content": system or SYSTEM_PROMPT}]
     for m in history or []:
         msgs.append({"role": m["role"], "content": defuse_fences(m["content"][:600])})
     msgs.append({"role": "user", "content": "\n\n".join(parts)})

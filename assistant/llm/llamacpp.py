@@ -17,11 +17,13 @@ import logging
 import os
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from assistant.llm.base import ChatModel, Message, ModelError, Usage
+from assistant.llm.wheelhouse import installed_record
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,24 @@ def _draft_model(llama_cpp: Any, speculative: str) -> Any:
     if speculative not in ("", "none"):
         raise ModelError(f"Unknown speculative decoding mode {speculative!r}: use 'none' or 'prompt_lookup'.")
     return None
+
+
+PREFIX_MAGIC = b"FAKV1\n"
+
+
+def prefix_file_info(path: Path) -> dict[str, Any]:
+    """A cached prefix file's header (key, tokens, bytes) and whether its body matches the header's size and CRC;
+    raises ValueError for a file that is not one. Reads the file; loads nothing into an engine."""
+    data = Path(path).read_bytes()
+    if not data.startswith(PREFIX_MAGIC):
+        raise ValueError("not a prefix file")
+    at = len(PREFIX_MAGIC)
+    hlen = int.from_bytes(data[at : at + 8], "little")
+    head = json.loads(data[at + 8 : at + 8 + hlen])
+    blob = data[at + 8 + hlen :]
+    intact = len(blob) == int(head["bytes"]) and zlib.crc32(blob) == int(head["crc32"])
+    return {"key": head["key"], "tokens": len(head["ids"]), "bytes": len(blob), "intact": intact,
+            "ids": head["ids"], "blob": blob}
 
 
 class LlamaCppChatModel(ChatModel):
@@ -89,6 +109,9 @@ class LlamaCppChatModel(ChatModel):
         self.n_ctx = n_ctx
         self.state_dir = Path(state_dir) if state_dir else None
         self.warmed_from = ""  # "", "prefill" or "disk": how the last warmup() got its KV cache
+        self._prefix: tuple[list[int], bytes] | None = None  # the cached prefix: its tokens and sequence 0's KV
+        self.prefix_info: dict[str, Any] = {}  # what warmup() did: key, tokens, bytes, from, seconds, path
+        self._file_stem = "".join(ch if ch.isalnum() or ch in "._" else "_" for ch in self.path.stem)[:60]
         st = self.path.stat()
         self._state_key = json.dumps({"llama_cpp": getattr(llama_cpp, "__version__", "?"),
                                       "model": str(self.path.resolve()), "size": st.st_size,
@@ -137,6 +160,7 @@ class LlamaCppChatModel(ChatModel):
         max_tokens = min(max_tokens, self.n_ctx - len(tokens))
         # held while the caller iterates: consume the iterator or close() it to let the next call run
         with self._lock:
+            self._ensure_prefix(tokens)
             yield from self._generate(tokens, list(stop or []) + template_stops, criteria, max_tokens, temperature)
 
     def _generate(
@@ -183,75 +207,122 @@ class LlamaCppChatModel(ChatModel):
         return Usage(prompt_tokens=prompt_tokens, completion_tokens=len(sampled), extra=extra)
 
     def warmup(self, system: str | None = None) -> None:
-        """Evaluate a fixed system prompt once, so later prompts that start with it reuse its KV cache.
+        """Make `system` (the fixed system message every answer starts with: the rules and the pinned documents) a
+        cached prefix: its KV state is computed once, kept in memory and, with a `state_dir`, on disk.
 
-        With a `state_dir`, the KV cache of that prompt is kept on disk (a few MB, keyed by the model file,
-        the engine settings and the prompt's tokens) and restored at the next start instead of recomputed:
-        ~3 s of prefill on two cores become a file read (docs/performance.md, start-up).
+        The file is keyed by the engine build, the model file, the context settings and the prefix's tokens
+        (`prefix_key`), holds only sequence 0's KV (no logits) behind a header with that key and a CRC, and is
+        loaded at the next start instead of prefilled (docs/performance.md, the pinned prefix). A file that is
+        damaged, partial or written for another key is logged, removed and rebuilt, never loaded.
         """
-        messages = [{"role": "system", "content": system or WARMUP_SYSTEM}, {"role": "user", "content": "Hi"}]
-        tokens, _, _ = self._prompt(messages)
-        path = self._state_file(tokens)
-        if path is not None and self._restore_state(path):
-            self.warmed_from = "disk"
-            return
-        for _ in self.stream(messages, max_tokens=1, temperature=0.0):
-            pass
-        self.warmed_from = "prefill"
-        if path is not None:
-            self._save_state(path)
-
-    def _state_file(self, tokens: list[int]) -> Path | None:
-        if self.state_dir is None:
-            return None
-        digest = hashlib.sha256((self._state_key + json.dumps(tokens)).encode()).hexdigest()[:32]
-        return self.state_dir / f"kv-{digest}.bin"
-
-    def _save_state(self, path: Path) -> None:
-        """Write the KV cache (and the token ids it holds) atomically; a failure only costs the next start time."""
-        llama_cpp = _import_llama()
+        started = time.perf_counter()
+        tokens = self.prefix_tokens(system or WARMUP_SYSTEM)
+        key = self.prefix_key(tokens)
+        path = self.state_dir / f"prefix-{self._file_stem}-{key}.kv" if self.state_dir is not None else None
         with self._lock:
-            ctx = self._llm._ctx.ctx
-            size = llama_cpp.llama_state_get_size(ctx)
-            buf = (ctypes.c_uint8 * int(size))()
-            n = int(llama_cpp.llama_state_get_data(ctx, buf, size))
-            ids = [int(t) for t in self._llm.input_ids[: self._llm.n_tokens]]
-        head = json.dumps({"ids": ids, "bytes": n}).encode()
+            if path is not None and self._load_prefix(path, key, tokens):
+                self.warmed_from = "disk"
+            else:
+                self._llm.reset()
+                self._llm.eval(tokens)
+                self._prefix = (tokens, self._seq_state())
+                self.warmed_from = "prefill"
+                if path is not None:
+                    self._save_prefix(path, key, tokens, self._prefix[1])
+        seconds = time.perf_counter() - started
+        self.prefix_info = {"key": key, "tokens": len(tokens), "bytes": len(self._prefix[1]),
+                            "from": self.warmed_from, "seconds": round(seconds, 3),
+                            "path": str(path) if path is not None else ""}
+        log.info("prefix of %d tokens %s in %.2f s (%s)", len(tokens),
+                 "loaded" if self.warmed_from == "disk" else "computed", seconds, key)
+
+    def prefix_tokens(self, system: str) -> list[int]:
+        """The tokens every prompt with this system message starts with: the common prefix of two prompts that differ
+        only in the user's turn (the chat template's system turn, whatever its format)."""
+        one, _, _ = self._prompt([{"role": "system", "content": system}, {"role": "user", "content": "a"}])
+        two, _, _ = self._prompt([{"role": "system", "content": system}, {"role": "user", "content": "b"}])
+        n = next((i for i, (x, y) in enumerate(zip(one, two, strict=False)) if x != y), min(len(one), len(two)))
+        return list(one[:n])
+
+    def prefix_key(self, tokens: list[int]) -> str:
+        """What a cached prefix is valid for: the engine build (llama-build.json), the model file, the context
+        settings and the prefix's tokens."""
+        build = (installed_record() or {}).get("key", "unrecorded")
+        digest = hashlib.sha256((self._state_key + build + json.dumps(tokens)).encode()).hexdigest()
+        return digest[:32]
+
+    def _seq_state(self) -> bytes:
+        """Sequence 0's KV cells as llama.cpp serialises them (no logits, no other state)."""
+        llama_cpp = _import_llama()
+        ctx = self._llm._ctx.ctx
+        size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
+        buf = (ctypes.c_uint8 * size)()
+        n = int(llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0))
+        return bytes(buf)[:n]
+
+    def _set_seq_state(self, tokens: list[int], blob: bytes) -> bool:
+        """Put a serialised prefix back as sequence 0 (the rest of the cache cleared); False when llama.cpp refuses."""
+        llama_cpp = _import_llama()
+        self._llm.reset()
+        self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        if int(llama_cpp.llama_state_seq_set_data(self._llm._ctx.ctx, buf, len(blob), 0)) == 0:
+            self._llm.reset()
+            self._llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+            return False
+        self._llm.input_ids[: len(tokens)] = tokens
+        self._llm.n_tokens = len(tokens)
+        self._llm._requires_eval = True  # no live logits: the prompt's next token is decoded before sampling
+        return True
+
+    def _ensure_prefix(self, tokens: list[int]) -> None:
+        """Before a prompt that starts with the cached prefix: when another prompt (a selection answer's, a
+        benchmark's) has displaced it from the KV cache, copy it back from memory instead of prefilling it."""
+        if self._prefix is None:
+            return
+        prefix, blob = self._prefix
+        n = len(prefix)
+        if len(tokens) <= n or tokens[:n] != prefix:
+            return
+        held = self._llm.n_tokens >= n and list(self._llm.input_ids[:n]) == prefix
+        if not held and not self._set_seq_state(prefix, blob):
+            log.warning("llama.cpp refused the cached prefix; prefilling it")
+            self._prefix = None
+
+    def _save_prefix(self, path: Path, key: str, tokens: list[int], blob: bytes) -> None:
+        """Write the prefix file atomically: magic, header length, a JSON header (key, tokens, size, CRC), the KV."""
+        head = json.dumps({"key": key, "ids": tokens, "bytes": len(blob), "crc32": zlib.crc32(blob)}).encode()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            for old in path.parent.glob(f"prefix-{self._file_stem}-*.kv"):  # one prefix per model: others are dead
+                if old != path:
+                    old.unlink(missing_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_bytes(len(head).to_bytes(8, "little") + head + bytes(buf)[:n])
+            tmp.write_bytes(PREFIX_MAGIC + len(head).to_bytes(8, "little") + head + blob)
             os.replace(tmp, path)
         except OSError as exc:
-            log.warning("could not keep the warmed KV cache in %s: %s", path, exc)
+            log.warning("could not keep the cached prefix in %s: %s", path, exc)
 
-    def _restore_state(self, path: Path) -> bool:
-        """Load a KV cache written by _save_state; False (and the file removed) when it does not fit."""
-        llama_cpp = _import_llama()
+    def _load_prefix(self, path: Path, key: str, tokens: list[int]) -> bool:
+        """Load a prefix file written by _save_prefix for exactly this key and these tokens; anything else (damaged,
+        partial, written by another build or for another prefix) is logged, removed and False."""
         try:
-            data = path.read_bytes()
-            hlen = int.from_bytes(data[:8], "little")
-            head = json.loads(data[8 : 8 + hlen])
-            blob = data[8 + hlen :]
-            ids = [int(t) for t in head["ids"]]
-            if len(blob) != int(head["bytes"]) or not 0 < len(ids) < self.n_ctx:
-                raise ValueError("truncated state file")
+            info = prefix_file_info(path)
         except FileNotFoundError:
             return False
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring a broken KV cache file %s: %s", path, exc)
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            log.warning("cached prefix %s not loaded (%s): rebuilding it", path, exc or type(exc).__name__)
             path.unlink(missing_ok=True)
             return False
-        with self._lock:
-            buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
-            if int(llama_cpp.llama_state_set_data(self._llm._ctx.ctx, buf, len(blob))) != len(blob):
-                log.warning("llama.cpp refused the KV cache file %s; recomputing it", path)
-                self._llm.reset()
-                path.unlink(missing_ok=True)
-                return False
-            self._llm.input_ids[: len(ids)] = ids
-            self._llm.n_tokens = len(ids)
-            self._llm._requires_eval = True  # the restored logits are not a live decode: replay one token
+        problem = ("written for another engine, model or prefix" if info["key"] != key or info["ids"] != tokens
+                   else "truncated or damaged" if not info["intact"]
+                   else "llama.cpp refused it" if not self._set_seq_state(tokens, info["blob"]) else "")
+        if problem:
+            log.warning("cached prefix %s not loaded (%s): rebuilding it", path, problem)
+            path.unlink(missing_ok=True)
+            return False
+        blob = info["blob"]
+        self._prefix = (tokens, blob)
         return True
 
     def close(self) -> None:

@@ -1,0 +1,96 @@
+"""The pinned context (assistant/answer/pinned.py): the reference article always in the model's context as the
+prefix every fact answer starts with, its passages cited like any other, the pins a user sets within the budget.
+
+Real index (real embedder, real Chroma), real 0.5B model for the answers, real HTTP against `assistant serve`.
+The prefix's KV cache (kept, reused, rebuilt) is tested on the engine in test_llm.py.
+"""
+from __future__ import annotations
+
+import httpx
+import pytest
+from httpkit import error_of
+
+from assistant.answer import pinned as pinning
+from assistant.answer.citations import renumber
+from assistant.answer.pipeline import extra_hits
+from assistant.errors import UserError
+from assistant.text import rough_tokens
+from assistant.types import Citation, Hit
+
+
+def _article(service) -> pinning.PinnedContext:
+    return service.pinned_context()
+
+
+def test_the_article_is_pinned_by_default_in_reading_order_under_its_headings(service) -> None:
+    ctx = _article(service)
+    assert ctx.sources and all("/article/" in s for s in ctx.sources)
+    assert ctx.k == len([c for c in service.retriever.snap.chunks if c.source in ctx.sources])
+    starts = [c.lines[0] for c in ctx.chunks]
+    assert starts == sorted(starts)
+    assert "[1] " in ctx.system and f"[{ctx.k}] " in ctx.system and f"[{ctx.k + 1}] " not in ctx.system
+    assert "计算图管理" in ctx.system and "## 一、训练支持的“核心三要素”" in ctx.system
+    assert ctx.tokens == service.llm.count_tokens(ctx.system) <= service.settings.pinned_token_budget
+    assert [s.n for s in ctx.numbered()] == list(range(1, ctx.k + 1))
+
+
+def test_pins_beyond_the_budget_are_refused_in_both_languages(service) -> None:
+    chunks = service.retriever.snap.chunks
+    with pytest.raises(UserError) as err:
+        pinning.build(chunks, list(_article(service).sources), rough_tokens, budget=500)
+    assert err.value.status == 409 and "500" in err.value.en and "预算" in err.value.zh
+    assert pinning.build(chunks, ["no/such/file.md"], rough_tokens, budget=500) is pinning.NONE
+
+
+def test_only_passages_ranked_above_the_pinned_ones_follow_the_prefix(service) -> None:
+    ctx = _article(service)
+    article, other = ctx.chunks[0], next(c for c in service.retriever.snap.chunks if not ctx.holds(c))
+    hit = lambda c: Hit(chunk=c, score=1.0)  # noqa: E731
+    assert extra_hits([hit(article), hit(other)], ctx) == []  # the best match is pinned: no passage added
+    assert extra_hits([hit(other), hit(article), hit(other)], ctx) == [hit(other)]
+    assert extra_hits([hit(other), hit(article)], pinning.NONE) == [hit(other), hit(article)]
+
+
+def test_citations_are_numbered_in_the_order_the_answer_cites_them() -> None:
+    def cite(n: int) -> Citation:
+        return Citation(n=n, chunk_id=f"c{n}", title="", heading_path=[], source="s", lines=[1, 2], snippet="x",
+                        support=0.5)
+
+    text, cites = renumber("A [13]. B [7][13]. C x[0].", [cite(7), cite(13)])
+    assert text == "A [1]. B [2][1]. C x[0]." and [(c.n, c.chunk_id) for c in cites] == [(1, "c13"), (2, "c7")]
+
+
+@pytest.mark.slow
+def test_an_article_question_is_answered_from_the_prefix_and_cites_the_article(service) -> None:
+    ctx = _article(service)
+    answer = service.ask("评价一个框架的训练支持能力，主要看哪几个核心要素？")
+    assert not answer.refused and answer.citations
+    assert answer.usage["prompt_tokens"] > ctx.tokens  # the whole article was in the prompt
+    assert any(c.source in ctx.sources for c in answer.citations)
+    assert [c.n for c in answer.citations] == list(range(1, len(answer.citations) + 1))
+    for c in answer.citations:  # every [n] opens the passage it names
+        assert service.passage(c.chunk_id) is not None and f"[{c.n}]" in answer.answer
+    assert service.llm.last_usage.extra["cached_tokens"] >= ctx.tokens - 8  # the prefix was not prefilled again
+
+
+@pytest.mark.slow
+def test_pins_over_http_list_pin_unpin_and_refuse(fast_server) -> None:
+    base = fast_server.url
+    with httpx.Client(base_url=base, timeout=120) as http:
+        before = http.get("/api/pinned").json()
+        assert before["enabled"] and before["sources"] and before["tokens"] <= before["budget"]
+        docs = http.get("/api/documents").json()["documents"]
+        assert {d["source"] for d in docs if d["pinned"]} == set(before["sources"])
+        article = before["sources"][0]
+        try:
+            r = http.delete(f"/api/documents/{article}/pin")
+            assert r.status_code == 200 and r.json()["sources"] == [] and r.json()["tokens"] == 0
+            big = max((d for d in docs if not d["pinned"]), key=lambda d: d["chunks"])
+            r = http.put(f"/api/documents/{big['id']}/pin", headers={"Accept-Language": "zh-CN"})
+            if big["chunks"] >= 20:  # a long page does not fit with the default budget
+                assert r.status_code == 409 and "预算" in error_of(r)["message"]
+            r = http.put("/api/documents/no-such-document/pin")
+            assert r.status_code == 404 and "no-such-document" in error_of(r)["message"]
+        finally:
+            restored = http.put(f"/api/documents/{article}/pin")
+        assert restored.status_code == 200 and restored.json()["sources"] == before["sources"]
