@@ -48,6 +48,27 @@ class RetrievalParams:
     # passages of the frameworks a question names that join the candidates whatever their rank overall: among
     # 2,000 chunks another framework's pages with the same words ("distributed training API") can take every place
     named_candidates: int = 10
+    # diversity and primary sources in the final top k (docs/retrieval.md, issue 33): at most this many passages of
+    # one file (0: no cap), and an official page ranks above one of our notes (corpus/notes/) that paraphrases it
+    # (vectors at least `paraphrase_cosine` alike, same framework) when it scores within `note_yield` of the note
+    max_per_source: int = 2
+    note_yield: float = 0.05
+    paraphrase_cosine: float = 0.7
+
+
+def _note_of(source: str) -> str:
+    """The framework of one of our notes (corpus/notes/<framework>.md: a summary that paraphrases the official
+    pages), else ''."""
+    _, sep, name = ("/" + source).partition("/corpus/notes/")
+    fws = find_frameworks(name.rsplit(".", 1)[0].replace("-", " ")) if sep else []
+    return fws[0] if fws else ""
+
+
+def _official_of(source: str) -> str:
+    """The framework whose official documentation a page is (framework-docs/<framework>/...), else ''."""
+    _, sep, rest = source.partition("framework-docs/")
+    fws = find_frameworks(rest.split("/", 1)[0]) if sep else []
+    return fws[0] if fws else ""
 
 
 class Retriever:
@@ -185,8 +206,53 @@ class Retriever:
         if p.article_boost and _ARTICLE_HINT.search(query):
             score = score + p.article_boost * np.array(
                 [self.snap.chunks[int(r)].is_article for r in idx], dtype=np.float32)
-        order = np.argsort(-score)[:k]
-        return [Hit(self.snap.chunks[int(idx[i])], float(score[i]), float(dense[i]), float(bm[i])) for i in order]
+        score = self._primary_first(idx, score, max(4 * k, 20))
+        order = np.argsort(-score)[: max(4 * k, 20)]
+        hits = [Hit(self.snap.chunks[int(idx[i])], float(score[i]), float(dense[i]), float(bm[i])) for i in order]
+        return self._diverse(hits, k)
+
+    def _primary_first(self, idx: np.ndarray, score: np.ndarray, top: int) -> np.ndarray:
+        """The scores with each note passage (corpus/notes/<framework>.md) among the best `top` put just below the
+        lowest page of that framework's official documentation (framework-docs/<framework>/) that says the same (its
+        vector at least `paraphrase_cosine` like the note's) and scores within `note_yield` of it: the official page
+        ranks first, the note keeps a later place."""
+        p = self.params
+        if p.note_yield <= 0:
+            return score
+        score = score.copy()
+        order = [int(i) for i in np.argsort(-score)[:top]]
+        official = [(i, _official_of(self.snap.chunks[int(idx[i])].source)) for i in order]
+        official = [(i, fw) for i, fw in official if fw]
+        for i in order:
+            fw = _note_of(self.snap.chunks[int(idx[i])].source)
+            if not fw:
+                continue
+            va = self._vectors[int(idx[i])]
+            close = [score[j] for j, ofw in official
+                     if ofw == fw and score[i] - p.note_yield <= score[j] <= score[i]
+                     and float(self._vectors[int(idx[j])] @ va) >= p.paraphrase_cosine]
+            if close:
+                score[i] = min(close) - 1e-4
+        return score
+
+    def _diverse(self, hits: list[Hit], k: int) -> list[Hit]:
+        """The first k of `hits` with at most `max_per_source` passages of one file; the places left are filled by
+        the passages held back, in order, when there are not enough others."""
+        cap = self.params.max_per_source
+        if cap <= 0:
+            return hits[:k]
+        out: list[Hit] = []
+        held: list[Hit] = []
+        per: dict[str, int] = {}
+        for h in hits:
+            if per.get(h.chunk.source, 0) < cap:
+                per[h.chunk.source] = per.get(h.chunk.source, 0) + 1
+                out.append(h)
+            else:
+                held.append(h)
+            if len(out) == k:
+                return out
+        return out + held[: k - len(out)]
 
     def _fuse(self, dense: np.ndarray, bm: np.ndarray, cross: np.ndarray, translated: bool = False) -> np.ndarray:
         p = self.params
@@ -219,5 +285,4 @@ class Retriever:
                 out.append(h)
                 seen.add(h.chunk.id)
         # keep the strongest first while guaranteeing each side a place in the top k
-        head = sorted(out[:k], key=lambda h: -h.score)
-        return head
+        return sorted(self._diverse(out, k), key=lambda h: -h.score)
