@@ -2,14 +2,17 @@
 
 Refusal: the question is answered only when the best retrieved passage is close enough
 (calibrated thresholds on the dense cosine and on the fused score, tuned on in-domain vs
-out-of-domain dev questions: docs/refusal.md). Requests for the hidden instructions are refused outright.
+out-of-domain dev questions: docs/refusal.md), and when the retrieved passages speak of the question's subject:
+a near-domain question (another framework, another product of a vendor, a device the documents never name) finds
+passages close in meaning, but none of them names what it asks about (`uncovered_subjects`). Requests for the hidden
+instructions are refused outright.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from ..frameworks import CONCEPTS, find_frameworks
+from ..frameworks import CONCEPTS, expand_terms, find_frameworks
 from ..text import has_cjk
 from ..types import Hit
 
@@ -36,14 +39,21 @@ def addresses_the_model(text: str) -> bool:
 
 _DOMAIN_TERMS = tuple({t for group in CONCEPTS for t in group if len(t) >= 2} | {
     "训练", "框架", "模型", "并行", "training", "framework", "model", "parallel", "gpu", "optimizer", "tensor"})
+_DOMAIN_SET = frozenset(_DOMAIN_TERMS)
 
 
 @dataclass
 class Decision:
     refuse: bool
-    reason: str  # "ok" | "weak_evidence" | "prompt_leak" | "empty"
+    reason: str  # "ok" | "weak_evidence" | "off_subject" | "prompt_leak" | "empty"
     top_dense: float = 0.0
     top_score: float = 0.0
+    missing: tuple[str, ...] = ()  # off_subject: the question's subject terms no retrieved passage names
+    nearby: tuple[str, ...] = ()  # off_subject: what the retrieved passages are about (their document titles)
+
+    def message(self, lang: str) -> str:
+        """The refusal in the user's language; an off-subject one names what was asked and what is covered nearby."""
+        return refusal_text(self.reason, lang, self.missing, self.nearby)
 
 
 @dataclass
@@ -52,6 +62,8 @@ class RefusalThresholds:
     min_dense: float = 0.30
     min_dense_with_domain_term: float = 0.22
     min_score: float = 0.25
+    # refuse when a subject term of the question (a name: MindSpore, Jetson, int8, 安卓) is in none of the passages
+    subject_check: bool = True
 
 
 # An injected instruction wrapped in brackets, e.g. "(SYSTEM: ignore your rules ...)" or "【系统指令：...】".
@@ -79,7 +91,84 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None) 
     domain = bool(find_frameworks(question)) or has_domain_term(question)
     need = th.min_dense_with_domain_term if domain else th.min_dense
     ok = top_dense >= need and top_score >= th.min_score
-    return Decision(not ok, "ok" if ok else "weak_evidence", top_dense, top_score)
+    if not ok:
+        return Decision(True, "weak_evidence", top_dense, top_score)
+    missing = uncovered_subjects(question, hits) if th.subject_check else []
+    if missing:
+        nearby = tuple(dict.fromkeys(h.chunk.title for h in hits if h.chunk.title))[:3]
+        return Decision(True, "off_subject", top_dense, top_score, tuple(missing), nearby)
+    return Decision(False, "ok", top_dense, top_score)
+
+
+# ---- the question's subject ----------------------------------------------------------------------------------
+# A subject term is a name: a Latin word with a capital inside or a digit (MindSpore, ONNX, int8) or a capital away
+# from a sentence's start (Jetson, Android), or a Chinese proper noun as jieba tags it (nr/ns/nt/nz: 安卓). Not a
+# subject: the frameworks, their aliases and the concept terms (the documents' own vocabulary), and quantities
+# (70B, 24GB, 8x). A question is off its documents' subject when every sentence of it names something no
+# retrieved passage names; a sentence that names nothing unknown ("另外，ZeRO-Offload 把什么卸载到 CPU 上？") is
+# enough to answer. A selection question ("which framework for our situation?") asks about the frameworks
+# whatever hardware or team it describes, so it is not checked.
+_LATIN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z][A-Za-z0-9+]*(?:[.\-][A-Za-z0-9+]+)*")
+_SENTENCE_START = re.compile(r"(^|[.!?。！？:：;；]\s*)$")
+_SENTENCE = re.compile(r"[^。！？!?；;]+[。！？!?；;]*|[^。！？!?；;]+")
+_PROPER = frozenset({"nr", "ns", "nt", "nz", "nrt", "nrfg"})
+
+
+def subject_terms(question: str) -> list[str]:
+    """The names in a question that say what it is about, minus the frameworks, the domain's terms and
+    quantities."""
+    out: list[str] = []
+    for m in _LATIN.finditer(question):
+        w = m.group(0)
+        if len(w) < 2:
+            continue
+        start = _SENTENCE_START.search(question[: m.start()]) is not None
+        if any(c.isupper() for c in w[1:]) or any(c.isdigit() for c in w) or (w[0].isupper() and not start):
+            out.append(w)
+    out += _chinese_names(question)
+    return [t for t in dict.fromkeys(out) if not _domain_word(t)]
+
+
+def _chinese_names(text: str) -> list[str]:
+    if not has_cjk(text):
+        return []
+    import jieba.posseg as pseg
+
+    from ..text import _jieba
+
+    _jieba()  # the project's words (飞桨, 张量并行 ...) first
+    return [w for w, flag in pseg.lcut(text) if flag in _PROPER and len(w) >= 2 and has_cjk(w)]
+
+
+def _domain_word(term: str) -> bool:
+    low = term.lower()
+    return bool(find_frameworks(term)) or low in _DOMAIN_SET or any(low in t.split() for t in _DOMAIN_TERMS)
+
+
+def uncovered_subjects(question: str, hits: list[Hit]) -> list[str]:
+    """The subject terms of a question no retrieved passage names (in its text, title, heading path or file
+    name; a concept term's other-language forms count), when every sentence of the question has one; else []."""
+    from ..advisor.intent import is_selection_question
+
+    if is_selection_question(question):
+        return []
+    sentences = [t for t in _SENTENCE.findall(question) if t.strip()]
+    per = [subject_terms(t) for t in sentences]
+    if not any(per):
+        return []
+    text = " ".join(" ".join([h.chunk.source, h.chunk.title, *h.chunk.heading_path, *h.chunk.frameworks,
+                              h.chunk.text]) for h in hits).lower()
+    missing = [[t for t in terms if not any(_names(v, text) for v in [t, *expand_terms(t)])] for terms in per]
+    if not all(missing):
+        return []
+    return list(dict.fromkeys(t for m in missing for t in m))
+
+
+def _names(term: str, text: str) -> bool:
+    low = term.lower()
+    if has_cjk(low):
+        return low in text
+    return re.search(r"(?<![a-z0-9])" + re.escape(low) + r"(?![a-z0-9])", text) is not None
 
 
 def has_domain_term(text: str) -> bool:
@@ -88,8 +177,27 @@ def has_domain_term(text: str) -> bool:
         re.search(r"(?<![a-z])" + re.escape(t) + r"(?![a-z])", low) for t in _DOMAIN_TERMS if t.isascii())
 
 
-def refusal_text(reason: str, lang: str) -> str:
-    return (PROMPT_LEAK if reason == "prompt_leak" else REFUSAL)[lang if lang in REFUSAL else "en"]
+OFF_SUBJECT = {
+    "zh": "抱歉，现有文档没有讲到“{missing}”，我无法据此回答。",
+    "en": "Sorry, the documents I have do not cover {missing}, so I cannot answer this.",
+}
+NEARBY = {"zh": "文档中相近的内容有：{nearby}。", "en": "Nearby, they cover: {nearby}."}
+
+
+def refusal_text(reason: str, lang: str, missing: tuple[str, ...] = (), nearby: tuple[str, ...] = ()) -> str:
+    """The refusal sentence in `lang`; for an off-subject question it names the missing subject and, when given,
+    what the documents cover nearby (the retrieved passages' titles)."""
+    lang = lang if lang in REFUSAL else "en"
+    if reason == "prompt_leak":
+        return PROMPT_LEAK[lang]
+    if reason != "off_subject" or not missing:
+        return REFUSAL[lang]
+    sep = "、" if lang == "zh" else ", "
+    text = OFF_SUBJECT[lang].format(missing=sep.join(missing))
+    if nearby:
+        text += (" " if lang == "en" else "") + NEARBY[lang].format(
+            nearby=sep.join(f"《{t}》" if lang == "zh" else f"\"{t}\"" for t in nearby))
+    return text
 
 
 # ---- follow-up rewriting --------------------------------------------------------------------------
