@@ -122,6 +122,18 @@ def test_a_trial_request_is_checked_before_anything_runs(tmp_path: Path) -> None
     assert runner.infer_task("chinese_nlp") == "lm" and runner.infer_task("cv") == "cnn"
 
 
+def test_the_cli_refuses_bad_input_in_the_users_language(tmp_path: Path) -> None:
+    def cli(*args: str, lang: str = "C.UTF-8") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "assistant", "trial", "--state-dir", str(tmp_path), *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "LANG": lang})
+
+    done = cli("--frameworks", "caffe")
+    assert done.returncode == 2 and "Unknown framework 'caffe'" in done.stderr and "Traceback" not in done.stderr
+    done = cli("--frameworks", "pytorch", "--data", str(tmp_path / "missing.csv"), lang="zh_CN.UTF-8")
+    assert done.returncode == 2 and "文件不存在" in done.stderr
+    assert not (tmp_path / "trials").exists()  # nothing ran, nothing was saved
+
+
 # ---- limits --------------------------------------------------------------------------------------
 def test_the_memory_limit_stops_a_child_that_allocates_too_much(tmp_path: Path) -> None:
     code = "b = bytearray(600 * 2**20); print('allocated')"

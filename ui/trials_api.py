@@ -41,11 +41,11 @@ def _jobs(service: Any) -> jobs.TrialJobs:
 def build_request(service: Any, body: TrialBody, lang: str) -> runner.TrialRequest:
     """The trial a body asks for: the named frameworks and task, or the Advisor's candidates and task."""
     frameworks, task = list(body.frameworks or []), body.task
-    if not frameworks or not task:
+    if not frameworks or (not task and body.situation.strip()):
         advice = service.advise({"text": body.situation, "lang": lang}).to_dict()
         frameworks = frameworks or runner.candidates_from_advice(advice)
         task = task or runner.infer_task(advice["scenario"].get("domain", "general"))
-    return runner.TrialRequest(frameworks, task=task, steps=body.steps, repeats=body.repeats, probes=body.probes,
+    return runner.TrialRequest(frameworks, task=task or "mlp", steps=body.steps, repeats=body.repeats, probes=body.probes,
                                lang=lang, situation=body.situation)
 
 

@@ -72,11 +72,12 @@ def run(args: argparse.Namespace, state_dir: Any, service: Callable[[], Any]) ->
     lang = args.lang or (detect_language(args.situation) if args.situation else "en")
     frameworks = [f for f in (args.frameworks or "").split(",") if f.strip()]
     task = args.task
-    if not frameworks or not task:
+    if not frameworks or (not task and args.situation):  # the Advisor decides what the user left open
         advice = service().advise({"text": args.situation or "", "lang": lang}).to_dict()
         frameworks = frameworks or candidates_from_advice(advice)
         task = task or infer_task(advice["scenario"].get("domain", "general"))
         print(f"Advisor: {advice['summary']}", file=sys.stderr)
+    task = task or "mlp"
     req = TrialRequest(frameworks, task=task, steps=args.steps, repeats=args.repeats, data=args.data,
                        samples=args.samples, threads=args.threads, timeout_s=args.timeout, memory_mb=args.memory_mb,
                        probes=not args.no_probes, lang=lang, situation=args.situation or "")
