@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 from assistant.errors import UserError
 from assistant.lang import detect_language, env_language
 from assistant.llm.base import ModelError
+from assistant.openai_http import RemoteError
 from assistant.service import AssistantService
 from assistant.sessions import ID_PATTERN
 from assistant.settings import Settings
@@ -232,9 +233,13 @@ class Edge:
 
 @contextmanager
 def _as_tool_errors(lang: str) -> Iterator[None]:
-    """UserError -> a tool error with its code and the reason in `lang`; ModelError -> a generic one (logged)."""
+    """UserError -> a tool error with its code and the reason in `lang`; a remote engine's failure -> what failed,
+    without its URL (logged); another ModelError -> a generic one (logged)."""
     try:
         yield
+    except RemoteError as e:
+        log.error("remote engine failed in an MCP tool call: %s", e.en)
+        raise ToolError(f"[{e.code}] {e.public_message(lang)}") from None
     except UserError as e:
         raise ToolError(f"[{e.code}] {e.message(lang)}") from None
     except ModelError:
