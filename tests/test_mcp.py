@@ -106,6 +106,31 @@ async def test_bad_input_is_a_tool_error_with_a_reason(plumbing) -> None:
         await check_citations_resolve(client, answer.structured_content)
 
 
+def test_the_http_transport_is_behind_the_apps_access(scripted_service) -> None:
+    """/mcp of the real app (ui.server.create_app) answers only a right key and an allowed Host, like /api."""
+    from fastapi.testclient import TestClient
+
+    from ui.server import create_app
+
+    svc = scripted_service(api_keys=KEY)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    with TestClient(create_app(svc, with_ui=False, load=False), base_url="http://127.0.0.1") as http:
+        for auth in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+            r = http.post("/mcp", json=init, headers={**accept, **auth})
+            assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", r.text
+        r = http.post("/mcp", json=init, headers={**accept, "Authorization": f"Bearer {KEY}", "Host": "evil.example"})
+        assert r.status_code == 421
+        r = http.post("/mcp", content="x" * 100_000, headers={**accept, "Authorization": f"Bearer {KEY}",
+                                                               "Content-Type": "application/json"})
+        assert r.status_code == 413
+        r = http.post("/mcp", json=init, headers={**accept, "Authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200 and r.headers.get("mcp-session-id"), r.text
+        assert "framework-advisor" in r.text and "/mcp" not in http.get(
+            "/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()["paths"]
+
+
 # ---- stdio: `assistant mcp` as a real subprocess with the packaged 0.5B model ------------------------------
 @pytest.mark.slow
 async def test_stdio_server_serves_every_tool(corpus_index: Path, tmp_path: Path) -> None:
