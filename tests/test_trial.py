@@ -272,6 +272,8 @@ def test_the_http_job_reports_progress_and_cancel_kills_the_child(scripted_servi
         assert body["report"]["results"][0]["loss_falls"] is True
         md = httpx.get(f"{server.url}/api/trials/{tid}?format=markdown", timeout=30)
         assert md.status_code == 200 and "| Training speed" in md.text
+        page = httpx.get(f"{server.url}/api/trials/{tid}?format=html", timeout=30)
+        assert page.status_code == 200 and "<svg" in page.text and "trial-table" in page.text
         assert tid in [t["id"] for t in httpx.get(server.url + "/api/trials", timeout=30).json()["trials"]]
         # a long trial, cancelled while it trains: the job ends cancelled and its child is gone
         r = httpx.post(server.url + "/api/trials", json={"frameworks": ["pytorch"], "task": "lm", "steps": 2000,

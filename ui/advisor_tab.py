@@ -14,7 +14,6 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -133,9 +132,7 @@ def run_trial(service: Any, advice: dict[str, Any] | None, task: str, steps: flo
         yield f"<p class='adv-error'>{word} {html.escape(job.reason)}</p>", job.id
         return
     r = trial_report.load(service.settings.state_dir, job.id)
-    run_dir = Path(service.settings.state_dir) / "trials" / job.id
-    svgs = {p.stem: p.read_text(encoding="utf-8") for p in sorted(run_dir.glob("*.svg"))}
-    yield trial_report.to_html(r, svgs), job.id
+    yield trial_report.to_html(r, trial_report.load_svgs(service.settings.state_dir, job.id)), job.id
 
 
 def stop_trial(service: Any, job_id: str) -> None:

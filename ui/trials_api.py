@@ -40,7 +40,8 @@ def _jobs(service: Any) -> jobs.TrialJobs:
 
 def build_request(service: Any, body: TrialBody, lang: str) -> runner.TrialRequest:
     """The trial a body asks for: the named frameworks and task, or the Advisor's candidates and task."""
-    frameworks, task = list(body.frameworks or []), body.task
+    frameworks: list[str] = list(body.frameworks or [])
+    task: str | None = body.task
     if not frameworks or (not task and body.situation.strip()):
         advice = service.advise({"text": body.situation, "lang": lang}).to_dict()
         frameworks = frameworks or runner.candidates_from_advice(advice)
@@ -76,7 +77,7 @@ async def show(trial_id: str, service: ServiceDep, format: Literal["json", "mark
             from fastapi.responses import HTMLResponse, PlainTextResponse
 
             return (PlainTextResponse(report.to_markdown(r)) if format == "markdown"
-                    else HTMLResponse(report.to_html(r)))
+                    else HTMLResponse(report.to_html(r, report.load_svgs(service.settings.state_dir, trial_id))))
         out["report"] = r
     return out
 

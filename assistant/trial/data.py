@@ -102,7 +102,7 @@ def load_user(path: str | Path, task: str) -> tuple[dict[str, np.ndarray], dict[
                 first = fh.readline()
             skip = 1 if any(ch.isalpha() for ch in first.replace("e", "").replace("E", "")) else 0
             table = np.loadtxt(p, delimiter=",", skiprows=skip, dtype=np.float64, ndmin=2)
-            arrays = {"x": table[:, :-1].astype(np.float32), "y": table[:, -1]}
+            arrays: dict[str, np.ndarray] = {"x": table[:, :-1].astype(np.float32), "y": table[:, -1]}
         else:
             with np.load(p, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}
@@ -167,5 +167,5 @@ def _count(n: int, name: str) -> None:
 
 
 def write(arrays: dict[str, np.ndarray], target: Path) -> Path:
-    np.savez(target, **arrays)
+    np.savez(target, **arrays)  # type: ignore[arg-type]
     return target

@@ -147,7 +147,7 @@ def _claim_refs(report: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def sources(lang: str) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for crit in CRITERIA:
         for c in crit["claims"]:
             out.append({"n": len(out) + 1, "path": ARTICLE, "line": c["line"], "quote": c["quote"],
@@ -303,6 +303,13 @@ def load(state_dir: Path, trial_id: str) -> dict[str, Any]:
     if not path.exists():
         raise _not_found(trial_id)
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_svgs(state_dir: Path, trial_id: str) -> dict[str, str]:
+    """The saved plots of a trial (name -> SVG text), for the HTML export."""
+    load(state_dir, trial_id)  # the id is checked and the trial exists
+    run_dir = Path(state_dir) / "trials" / trial_id
+    return {p.stem: p.read_text(encoding="utf-8") for p in sorted(run_dir.glob("*.svg"))}
 
 
 def list_trials(state_dir: Path) -> list[dict[str, Any]]:

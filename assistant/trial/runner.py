@@ -313,7 +313,7 @@ def run_trial(req: TrialRequest, state_dir: Path, on_progress: ProgressFn | None
     run_dir.mkdir(parents=True, exist_ok=False)
     if req.data:
         arrays, spec = trial_data.load_user(req.data, req.task)
-        source = {"kind": "file", "name": Path(req.data).name}
+        source: dict[str, Any] = {"kind": "file", "name": Path(req.data).name}
     else:
         arrays, spec = trial_data.synthetic(req.task, req.seed, req.samples)
         source = {"kind": "synthetic"}
