@@ -209,10 +209,12 @@ def test_dataset_reads_the_real_sets() -> None:
         g = load_set(path)
         assert not g.problems, (path.name, g.problems[:3])
         assert g.cases or g.is_advisor, path.name
-    for name in ("blind_selection.jsonl", "blind_selection_3.jsonl"):  # the held-out selection files
-        blind = load_set(REPO / "eval" / "test" / name)
-        assert len(blind.cases) == 24 and all(c.accept and c.split == "test" for c in blind.cases), name
-    assert not (REPO / "eval" / "test" / "blind_selection_2.jsonl").exists()  # read in session 15: a dev file now
+    blind = load_set(REPO / "eval" / "test" / "blind_selection_3.jsonl")  # the held-out selection file
+    assert len(blind.cases) == 24 and all(c.accept and c.split == "test" for c in blind.cases)
+    for read in ("blind_selection.jsonl", "blind_selection_2.jsonl"):  # their answers were read while tuning: dev
+        assert not (REPO / "eval" / "test" / read).exists(), read
+    assert all(c.split == "test" for p in (REPO / "eval" / "test").glob("*.jsonl") for c in load_set(p).cases)
+    assert all(c.split == "dev" for p in (REPO / "eval").glob("gold_selection*.jsonl") for c in load_set(p).cases)
 
 
 # ---- gate ----------------------------------------------------------------------------------------
