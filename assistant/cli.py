@@ -2,7 +2,7 @@
 
 Every command has --help. Errors meant for users are printed as one line, in the language of the
 question when there is one, and exit with code 2 (3 for a model problem); never a stack trace.
-The `serve`, `eval` and `advise` commands import their adapters lazily.
+The `serve`, `mcp`, `eval` and `advise` commands import their adapters lazily.
 """
 from __future__ import annotations
 
