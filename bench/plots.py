@@ -138,7 +138,7 @@ def evidence_budget() -> None:
     more = right.get_legend_handles_labels()
     left.legend(handles[0] + more[0], handles[1] + more[1], loc="lower right", frameon=False, fontsize=8)
     if drawn > 1:
-        fig.text(0.01, 0.01, "-s3: third session, stricter support check and a ~1.5 x slower machine:\n"
+        fig.text(0.01, 0.01, "-s3: the rerun with the stricter support check, on a ~1.5 x slower machine:\n"
                  "its citation recall and first token are not comparable with the first run", fontsize=7,
                  color="dimgray")
     save(fig, "evidence-budget.svg", bottom=0.07 if drawn > 1 else 0.0)
