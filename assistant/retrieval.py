@@ -8,7 +8,7 @@
 - A comparison question (two or more frameworks named) gets evidence for each side, interleaved.
 - Optionally the question's translation into the other language (assistant/translate.py, written by a chat
   model) joins in: its embedding is one more query vector, and passages in the other language get their keyword
-  score from the question's tokens plus the translation's (docs/retrieval.md, seventh session).
+  score from the question's tokens plus the translation's (docs/retrieval.md, query translation).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class RetrievalParams:
     dense_weight: float = 0.2  # tuned on the dev split: docs/retrieval.md
     cross_dense_weight: float = 0.5  # weight of the dense side for passages in the other language
     # ... when the query comes with its translation, the keyword side speaks that language too (chosen on the
-    # dev split: docs/retrieval.md, seventh session)
+    # dev split: docs/retrieval.md, query translation)
     translated_cross_dense_weight: float = 0.2
     bm25_saturation: float = 8.0  # s in bm25 / (bm25 + s)
     framework_boost: float = 0.06

@@ -7,7 +7,7 @@ passages in the other language a real keyword query and a second embedding (assi
 Owns the prompt, the checks on the model's output (one line, in the target language, not too long, not a copy
 of the question), a small cache, and a lock (one llama.cpp context is not thread-safe). A translation that
 fails any check, or a model error, gives None: retrieval then runs as without translation.
-Measured in docs/retrieval.md (seventh session).
+Measured in docs/retrieval.md ("Query translation by the chat model").
 """
 from __future__ import annotations
 

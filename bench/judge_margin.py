@@ -5,7 +5,7 @@ then prints its AUC against the labels next to the support score's, overall and 
 
     python bench/judge_margin.py --index-dir DIR [--model default|fast] [--limit N] [--json OUT]
 
-The passages are read from the index (chunk ids in the label files). Measured in docs/evaluation.md (sixth session).
+The passages are read from the index (chunk ids in the label files). Measured in docs/evaluation.md ("How far the judge can be trusted").
 """
 from __future__ import annotations
 

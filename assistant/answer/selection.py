@@ -276,7 +276,7 @@ def messages(p: SelectionPlan, question: str) -> list[dict[str, str]]:
 
 
 # A model reason may restate its fact in other words, not add to it: the 1.5B model's kept sentences that the eval's
-# judge rejected (docs/evaluation.md, twelfth session) added a verdict ("so you should choose X"), merged in the
+# judge rejected on the dev selection set added a verdict ("so you should choose X"), merged in the
 # user's situation or joined words of no cited fact. Such a sentence's passage may still score above the support
 # floor, since the fact's words are in it; so it is measured against the facts it cites, within one language.
 NOVELTY_MAX = 0.25  # share of a sentence's content words that none of its cited facts (or the names) has

@@ -10,7 +10,7 @@ Modes (see docs/evaluation.md for the hand check that chose the default):
 - "combined": yes when the support score is high (>= high), no when it is low (< low), the model decides between;
   a claim in another language than its passage (an English answer citing the Chinese article) goes to the model
   whenever the score is not high: the score's term-overlap half (0.45) cannot match across languages, so such a
-  pair scores 0.1-0.4 however faithful the translation (hand check in docs/evaluation.md, twelfth session).
+  pair scores 0.1-0.4 however faithful the translation (docs/evaluation.md, "How far the judge can be trusted").
 """
 from __future__ import annotations
 
