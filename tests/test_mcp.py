@@ -156,8 +156,9 @@ async def test_stdio_server_serves_every_tool(corpus_index: Path, tmp_path: Path
             assert not answer.is_error and out["language"] == "zh" and not out["refused"], text_of(answer)
             assert "来源" in text_of(answer) and out["session_id"] in text_of(answer)
             await check_citations_resolve(client, out)
-            assert len(progress) >= 2 and [p for p, _ in progress] == sorted(p for p, _ in progress)
-            written = [m for _, m in progress if m and "正在" not in m and "已检索" not in m]
+            values = [p for p, _ in progress]
+            assert len(values) >= 2 and values == sorted(set(values))  # increasing, as the protocol wants
+            written = [m for _, m in progress if m and "…" not in m]
             assert written, progress  # the text so far, while the model writes
 
             follow = await client.call_tool("ask", {"question": "那第三阶段呢？", "session_id": out["session_id"]})

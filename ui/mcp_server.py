@@ -212,7 +212,7 @@ class Edge:
         else:
             request.app.state.rate_limiter.check(caller_of(request))
 
-    async def ready(self, ctx: Context, model: bool = True, lang: str = "en") -> None:
+    async def ready(self, ctx: Context, model: bool = True, lang: str = "en", progress: Progress | None = None) -> None:
         """The service may answer: over HTTP the app's 503 while loading; over stdio a call that needs the model
         waits for the start-up load, with a progress notification every few seconds (a client that resets its
         time-out on progress keeps waiting); the others open the index on first use."""
@@ -222,13 +222,24 @@ class Edge:
             return
         if not model:
             return
-        waited = 0
+        progress = progress or Progress(ctx)
         while self.loaded is not None and not self.loaded.is_set():
             if not await anyio.to_thread.run_sync(self.loaded.wait, LOAD_NOTICE_EVERY_S):
-                waited += 1
-                await ctx.report_progress(waited, None, "正在加载模型…" if lang == "zh" else "Loading the model…")
+                await progress.report("正在加载模型…" if lang == "zh" else "Loading the model…")
         if self.load_error is not None:
             raise self.load_error
+
+
+class Progress:
+    """One call's progress notifications: the count rises with each (the protocol wants it increasing), no total."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.sent = 0
+
+    async def report(self, message: str) -> None:
+        self.sent += 1
+        await self.ctx.report_progress(self.sent, None, message)
 
 
 @contextmanager
@@ -367,12 +378,13 @@ def build_server(edge: Edge) -> MCPServer:
         lang = edge.lang(ctx, question)
         with _as_tool_errors(lang):
             edge.rate_limit(ctx)
-            await edge.ready(ctx, lang=lang)
+            progress = Progress(ctx)
+            await edge.ready(ctx, lang=lang, progress=progress)
             parsed = filters.to_filters() if filters else None
             owner = edge.owner(ctx)
             events = await open_answer_stream(service, edge.slots_of(ctx), lang, lambda ticket: service.ask_stream(
                 question, session_id, parsed, ticket, owner=owner))
-            answer = await _follow(events, ctx, lang)
+            answer = await _follow(events, progress, lang)
         out = AskOut(answer=answer.answer, citations=_cited(answer, service), refused=answer.refused,
                      language="zh" if answer.language == "zh" else "en", session_id=answer.session_id,
                      message_id=answer.message_id, stopped=answer.stopped, timings=answer.timings,
@@ -459,11 +471,10 @@ def build_server(edge: Edge) -> MCPServer:
     return server
 
 
-async def _follow(events: Any, ctx: Context, lang: str) -> Answer:
+async def _follow(events: Any, progress: Progress, lang: str) -> Answer:
     """Consume one answer's events: progress notifications while it is written, the final Answer at "done".
     Cancelling the call stops the consumer, which gives the queue place back (ui/streaming.py)."""
     written: list[str] = []
-    step = 0
     last = 0.0
     answer: Answer | None = None
     async for ev in events:
@@ -476,9 +487,8 @@ async def _follow(events: Any, ctx: Context, lang: str) -> Answer:
             written.append(ev.data)
         now = time.monotonic()
         if ev.kind != "token" or now - last >= PROGRESS_EVERY_S:
-            step += 1
             last = now
-            await ctx.report_progress(step, None, _progress_message(ev.kind, written, lang))
+            await progress.report(_progress_message(ev.kind, written, lang))
     if answer is None:
         raise UserError("no_answer", "The answer ended early; please retry.", "回答提前结束，请重试。", 503)
     return answer
