@@ -531,7 +531,8 @@ def mount(app: Any, service: AssistantService) -> Any:
 def run_stdio(settings: Settings) -> None:
     """`assistant mcp`: the tools over stdin/stdout for one local client. The index must exist (else a UserError
     before anything starts); the model loads in the background (after the engine self-check) while the client
-    connects, and `ask`/`advise` wait for it. Logs go to stderr; stdout carries only the protocol."""
+    connects, and `ask` waits for it (the other tools need only the index); then the Advisor's facts are resolved, as
+    `serve` does. Logs go to stderr; stdout carries only the protocol."""
     from assistant.index.location import open_index
     from assistant.llm.selfcheck import check_settings
 
@@ -556,6 +557,8 @@ def run_stdio(settings: Settings) -> None:
         finally:
             assert edge.loaded is not None
             edge.loaded.set()
+        if edge.load_error is None:  # as `serve` does: the first selection question then finds the facts resolved
+            service.warm_advisor()
 
     threading.Thread(target=load, name="assistant-load", daemon=True).start()
     try:
