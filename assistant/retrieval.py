@@ -100,6 +100,12 @@ class Retriever:
             return self._comparison(query, qvecs, fws, k, filters, translation)
         return self._ranked(query, qvecs, k, filters, fws, translation)
 
+    def knows(self, term: str) -> bool:
+        """Whether the indexed documents have every search token of `term` somewhere (the refusal policy asks: a
+        subject the documents name is covered even when the passages retrieved for a question missed it)."""
+        toks = tokenize(term)
+        return bool(toks) and all(self.snap.keyword.has(t) for t in toks)
+
     def explain(self, query: str, hits: list[Hit], translation: str | None = None) -> dict[str, Any]:
         """Why the hits rank as they do: the terms the keyword side searched, and per hit the terms it matched,
         the dense weight its fused score used and its keyword score after saturation (score = w * dense +

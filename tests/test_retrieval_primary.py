@@ -82,6 +82,7 @@ def test_a_near_domain_question_is_refused_naming_what_it_asks(retriever: Retrie
     assert not decide(q, hits, RefusalThresholds(subject_check=False)).refuse  # close enough by the scores alone
     d = decide(q, hits)
     assert d.refuse and d.reason == "off_subject" and missing in d.missing, d
+    assert missing in decide(q, hits, known=retriever.knows).missing  # the documents name it nowhere either
     text = d.message(lang)
     assert missing in text and any(t in text for t in d.nearby) and d.nearby
     assert ("文档" in text) if lang == "zh" else ("documents" in text)
@@ -96,6 +97,14 @@ def test_a_near_domain_question_is_refused_naming_what_it_asks(retriever: Retrie
 def test_questions_the_documents_cover_are_not_refused(retriever: Retriever, q: str) -> None:
     d = decide(q, retriever.search(q, k=5))
     assert not d.refuse, (d, subject_terms(q))
+
+
+def test_a_name_the_documents_hold_is_not_missing_when_retrieval_missed_it(retriever: Retriever) -> None:
+    assert retriever.knows("Paddle Lite") and retriever.knows("ZeRO-Offload") and not retriever.knows("MindSpore")
+    q = "Does DeepSpeed support Intel Gaudi accelerators?"
+    hits = [h for h in retriever.search(q, k=8) if "gaudi" not in h.chunk.text.lower()][:5]  # they miss the name
+    assert "Gaudi" in decide(q, hits).missing
+    assert not decide(q, hits, known=retriever.knows).refuse
 
 
 def test_subject_terms_are_names_not_the_domains_words() -> None:

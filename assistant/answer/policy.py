@@ -10,6 +10,7 @@ instructions are refused outright.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..frameworks import CONCEPTS, expand_terms, find_frameworks
@@ -39,7 +40,7 @@ def addresses_the_model(text: str) -> bool:
 
 _DOMAIN_TERMS = tuple({t for group in CONCEPTS for t in group if len(t) >= 2} | {
     "训练", "框架", "模型", "并行", "training", "framework", "model", "parallel", "gpu", "optimizer", "tensor"})
-_DOMAIN_SET = frozenset(_DOMAIN_TERMS)
+_DOMAIN_SET = frozenset(_DOMAIN_TERMS) | {"api", "apis", "cpu", "cpus", "gpus", "sdk", "cli"}
 
 
 @dataclass
@@ -76,8 +77,11 @@ def strip_injection(question: str) -> str:
     return _BRACKETED_INJECTION.sub(" ", question).strip()
 
 
-def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None) -> Decision:
-    """Refuse on a request for the hidden instructions, else when the evidence is too weak.
+def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
+           known: Callable[[str], bool] | None = None) -> Decision:
+    """Refuse on a request for the hidden instructions, else when the evidence is too weak, else when the
+    passages do not speak of the question's subject (`uncovered_subjects`; `known(term)`, when given, says whether
+    the indexed documents name a term anywhere, e.g. Retriever.knows: such a term is never the missing subject).
 
     `question` is expected to have gone through strip_injection already.
     """
@@ -93,7 +97,7 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None) 
     ok = top_dense >= need and top_score >= th.min_score
     if not ok:
         return Decision(True, "weak_evidence", top_dense, top_score)
-    missing = uncovered_subjects(question, hits) if th.subject_check else []
+    missing = uncovered_subjects(question, hits, known) if th.subject_check else []
     if missing:
         nearby = tuple(dict.fromkeys(h.chunk.title for h in hits if h.chunk.title))[:3]
         return Decision(True, "off_subject", top_dense, top_score, tuple(missing), nearby)
@@ -145,9 +149,10 @@ def _domain_word(term: str) -> bool:
     return bool(find_frameworks(term)) or low in _DOMAIN_SET or any(low in t.split() for t in _DOMAIN_TERMS)
 
 
-def uncovered_subjects(question: str, hits: list[Hit]) -> list[str]:
+def uncovered_subjects(question: str, hits: list[Hit], known: Callable[[str], bool] | None = None) -> list[str]:
     """The subject terms of a question no retrieved passage names (in its text, title, heading path or file
-    name; a concept term's other-language forms count), when every sentence of the question has one; else []."""
+    name; a concept term's other-language forms count) and, when `known` is given, the documents do not name
+    anywhere, when every sentence of the question has one; else []."""
     from ..advisor.intent import is_selection_question
 
     if is_selection_question(question):
@@ -158,7 +163,8 @@ def uncovered_subjects(question: str, hits: list[Hit]) -> list[str]:
         return []
     text = " ".join(" ".join([h.chunk.source, h.chunk.title, *h.chunk.heading_path, *h.chunk.frameworks,
                               h.chunk.text]) for h in hits).lower()
-    missing = [[t for t in terms if not any(_names(v, text) for v in [t, *expand_terms(t)])] for terms in per]
+    missing = [[t for t in terms if not any(_names(v, text) for v in [t, *expand_terms(t)])
+                and not (known is not None and known(t))] for terms in per]
     if not all(missing):
         return []
     return list(dict.fromkeys(t for m in missing for t in m))

@@ -37,6 +37,10 @@ class KeywordIndex:
 
         return cls(bm25s.BM25.load(str(path), show_progress=False, verbosity=0))
 
+    def has(self, token: str) -> bool:
+        """Whether some indexed chunk has this search token."""
+        return token in self._vocab
+
     def search(self, query: str | list[str], k: int = 50) -> list[tuple[int, float]]:
         """(row, score) pairs, best first; only rows with a positive score."""
         toks = tokenize(query) if isinstance(query, str) else query
