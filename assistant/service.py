@@ -339,6 +339,9 @@ class AssistantService:
             ttft_ms = (gen.ttft_s or 0.0) * 1000
         answer.answer, answer.citations, answer.refused = result.text, result.citations, result.refused
         answer.diagnostics = result.diagnostics
+        listed = {h.chunk.id for h in answer.sources}  # a cited pinned passage joins the sources the answer lists
+        answer.sources += [s.hit for s in checked_sources if s.hit.chunk.id not in listed
+                           and s.hit.chunk.id in {c.chunk_id for c in answer.citations}]
         answer.trace = AnswerTrace(retrieved=hits, evidence=[s.text for s in checked_sources],
                                    draft=draft, final=result.text,
                                    refused_before_generation=decision.refuse)

@@ -9,7 +9,11 @@ context and once without (the order alternates), on one loaded model:
 and once: the prefix's build time (prefill into an empty cache dir), the state file's size and its load time at
 a second start, and the process's RSS before the model and after both configurations.
 
-    python bench/pinned.py [--model default|fast] [--per-kind 8] [--index-dir DIR] [--json OUT]
+With --remote the same service talks to a real `python -m llama_cpp.server` (backend=openai) instead: the
+prefix is sent byte-identical with every question, so the server's own prefix cache should make every question
+after the first start fast; it prints each question's time to first token.
+
+    python bench/pinned.py [--model default|fast] [--per-kind 8] [--index-dir DIR] [--json OUT] [--remote]
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from assistant.llm.llamacpp import LlamaCppChatModel  # noqa: E402
 from assistant.service import AssistantService  # noqa: E402
@@ -51,14 +56,46 @@ def questions(per_kind: int) -> dict[str, list[str]]:
     return {"article": article[:per_kind], "docs": docs[:per_kind]}
 
 
+def remote(args: argparse.Namespace, over: dict) -> dict:
+    """Time to first token of consecutive questions through a real llama_cpp.server: the first pays the prefix."""
+    from llamaserver import llama_server
+
+    from assistant.llm.models import prepare_model
+
+    base = load_settings(**over)
+    qs = [q for kind in questions(args.per_kind).values() for q in kind[:3]]
+    with tempfile.TemporaryDirectory() as tmp, \
+            llama_server(prepare_model(args.model, base.cache_dir), "bench", n_ctx=base.n_ctx, timeout=600) as url:
+        svc = AssistantService(load_settings(state_dir=Path(tmp), backend="openai", openai_base_url=url,
+                                             openai_model="bench", **over))
+        svc.load(warm=False)
+        rows = []
+        for q in qs:
+            a = svc.ask(q)
+            rows.append({"q": q, "refused": a.refused, "ttft_s": a.timings.get("ttft_ms", 0) / 1000})
+            print(json.dumps(rows[-1], ensure_ascii=False), flush=True)
+        svc.close()
+    answered = [r["ttft_s"] for r in rows if not r["refused"]]
+    return {"remote_first_ttft_s": round(answered[0], 2) if answered else None,
+            "remote_later_ttft_p50_s": round(statistics.median(answered[1:]), 2) if len(answered) > 1 else None,
+            "rows": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--per-kind", type=int, default=8)
     ap.add_argument("--index-dir")
     ap.add_argument("--json")
+    ap.add_argument("--remote", action="store_true", help="through a real llama_cpp.server (backend=openai)")
     args = ap.parse_args()
     over = {"model": args.model, **({"index_dir": args.index_dir} if args.index_dir else {})}
+    if args.remote:
+        out = remote(args, over)
+        print(json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, ensure_ascii=False, indent=1) + "\n")
+        return 0
     result: dict = {"model": args.model, "rss_mb_start": round(rss_mb())}
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(state_dir=Path(tmp) / "state", **over)

@@ -231,7 +231,7 @@ def test_answers_refusals_and_followups_with_the_0_5b_served_remotely(fast_setti
     from assistant.service import AssistantService
 
     cache = Path(os.environ.get("ASSISTANT_CACHE_DIR") or load_settings().cache_dir)
-    with llama_server(prepare_model("fast", cache), "qwen-0.5b", n_ctx=4096, timeout=300) as url:
+    with llama_server(prepare_model("fast", cache), "qwen-0.5b", n_ctx=6144, timeout=300) as url:
         settings = fast_settings.model_copy(update={"backend": "openai", "openai_base_url": url,
                                                     "openai_model": "qwen-0.5b", "state_dir": tmp_path})
         svc = AssistantService(settings)

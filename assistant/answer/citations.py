@@ -413,7 +413,7 @@ def _snippet(claim: str, sents: list[str], best: int) -> str:
     return " ".join(sents[m] for m in sorted((best, k)))
 
 
-_MARK = re.compile(r"\[(\d+)\]")
+_CITED = re.compile(r"\[(\d+)\]")
 
 
 def renumber(text: str, citations: list[Citation]) -> tuple[str, list[Citation]]:
@@ -421,13 +421,13 @@ def renumber(text: str, citations: list[Citation]) -> tuple[str, list[Citation]]
     them): the one numbering users see, whatever numbers the prompt gave its passages."""
     cited = {c.n for c in citations}
     order: dict[int, int] = {}
-    for m in _MARK.finditer(text):
+    for m in _CITED.finditer(text):
         n = int(m.group(1))
         if n in cited and n not in order:
             order[n] = len(order) + 1
     for n in sorted(cited - set(order)):
         order[n] = len(order) + 1
-    text = _MARK.sub(lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else m.group(0), text)
+    text = _CITED.sub(lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else m.group(0), text)
     return text, sorted((dataclasses.replace(c, n=order[c.n]) for c in citations), key=lambda c: c.n)
 
 
