@@ -99,6 +99,10 @@ async def test_bad_input_is_a_tool_error_with_a_reason(plumbing) -> None:
             assert reason in text, (name, args, text)
         with pytest.raises(MCPError):
             await client.read_resource("passage://" + "0" * 16)
+        with pytest.raises(MCPError, match="too long"):
+            await client.get_prompt("choose-a-framework", {"language": "en", "situation": "x" * 5000})
+        prompt = await client.get_prompt("choose-a-framework", {"situation": "五人团队，熟悉 PyTorch"})
+        assert "我的团队熟悉什么" in prompt.messages[0].content.text and "五人团队" in prompt.messages[0].content.text
         ok = await client.call_tool("search", {"query": "ZeRO stage 2", "k": 2})  # still serving
         assert not ok.is_error and len(ok.structured_content["results"]) == 2
         answer = await client.call_tool("ask", {"question": "What does DeepSpeed ZeRO partition?"})

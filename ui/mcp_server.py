@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
+from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer, UserMessage
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from assistant.errors import UserError
@@ -458,6 +459,10 @@ def build_server(edge: Edge) -> MCPServer:
                                "stage, hardware, long-term goals), then has the Advisor rank the frameworks")
     def choose_a_framework(language: str = "zh", situation: str = "") -> list[UserMessage]:
         zh = language != "en"
+        if len(situation) > service.settings.max_advice_chars:  # the limit of advise's own description
+            n = service.settings.max_advice_chars
+            raise MCPError(code=INVALID_PARAMS, message=f"描述过长（最多 {n} 个字符）。" if zh else
+                           f"The description is too long (max {n} characters).")
         qs = SITUATION_QUESTIONS["zh" if zh else "en"]
         ask_first = ("请先回答下面几个问题（文章第三节“框架选型：不只是技术，更是‘场景’与‘人’”）：" if zh else
                      "First answer these questions (section 3 of the reference article, on choosing a framework):")
