@@ -110,8 +110,9 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
 # subject: the frameworks, their aliases and the concept terms (the documents' own vocabulary), and quantities
 # (70B, 24GB, 8x). A question is off its documents' subject when every sentence of it names something no
 # retrieved passage names; a sentence that names nothing unknown ("另外，ZeRO-Offload 把什么卸载到 CPU 上？") is
-# enough to answer. A selection question ("which framework for our situation?") asks about the frameworks
-# whatever hardware or team it describes, so it is not checked.
+# enough to answer (sentences end at 。！？；!?; but not at a full stop, too often inside a name: tf.function). A
+# selection question ("which framework for our situation?") asks about the frameworks whatever hardware or team it
+# describes, so it is not checked.
 _LATIN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z][A-Za-z0-9+]*(?:[.\-][A-Za-z0-9+]+)*")
 _SENTENCE_START = re.compile(r"(^|[.!?。！？:：;；]\s*)$")
 _SENTENCE = re.compile(r"[^。！？!?；;]+[。！？!?；;]*|[^。！？!?；;]+")
