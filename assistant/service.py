@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import conversations, stopping
+from .advisor.intent import is_selection_question
 from .answer import pinned as pinning
 from .answer import pipeline, selection
 from .answer.citations import CitationChecker
@@ -296,7 +297,7 @@ class AssistantService:
         hits = self.retriever.search(standalone, k=self.settings.top_k, filters=Filters.parse(filters),
                                      translation=translation)
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        decision = decide(standalone, hits)
+        decision = decide(standalone, hits, known=self.retriever.knows, choosing=is_selection_question(standalone))
         user_turns = [m["content"] for m in history if m["role"] == "user"]
         if not decision.refuse and selection.is_selection(standalone, user_turns, lang, asked=question):
             plan = self._selection_plan(question, standalone, user_turns, lang)
@@ -315,7 +316,7 @@ class AssistantService:
         left = False  # the consumer closed the stream at the "status" event: the answer is checked and kept all the same
         if decision.refuse:
             self.queue.cancel(ticket)
-            result = pipeline.refused(decision.reason, lang)
+            result = pipeline.refused(decision, lang)
             yield Event("token", result.text)
             ttft_ms = retrieval_ms
         else:

@@ -21,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from assistant.advisor.intent import is_selection_question  # noqa: E402
 from assistant.answer.policy import RefusalThresholds, decide, rewrite_followup, strip_injection  # noqa: E402
 from assistant.embed import create_embedder  # noqa: E402
 from assistant.index.snapshot import IndexSnapshot  # noqa: E402
@@ -54,7 +55,7 @@ def main() -> int:
             q = question_of(row)
             hits = retriever.search(q, k=args.k)
             t = time.perf_counter()
-            d = decide(q, hits, known=known)
+            d = decide(q, hits, known=known, choosing=is_selection_question(q))
             ms.append((time.perf_counter() - t) * 1000)
             base = decide(q, hits, RefusalThresholds(subject_check=False))
             refused += d.refuse

@@ -24,7 +24,7 @@ from ..types import Citation, Hit
 from .citations import CitationChecker, quoted_answer, renumber
 from .evidence import DEFAULT_MAX_SOURCES, best_sentence, select_evidence
 from .pinned import NONE, PinnedContext
-from .policy import refusal_text
+from .policy import Decision, refusal_text
 from .prompt import Source, asks_for_several
 
 SEVERAL_MAX_SOURCES = 5  # every retrieved passage (settings.top_k) for a list or comparison question
@@ -147,6 +147,7 @@ def check(raw: str, question: str, sources: list[Source], config: PipelineConfig
     return Result(*renumber(text, [cite]), diagnostics=diagnostics)
 
 
-def refused(reason: str, lang: str) -> Result:
-    """The answer to a question the retrieved passages do not cover (policy.decide said so)."""
-    return Result(refusal_text(reason, lang), [], refused=True)
+def refused(decision: Decision, lang: str) -> Result:
+    """The answer to a question the retrieved passages do not cover (policy.decide said so, and why: an off-subject
+    refusal names what was asked and what the documents cover nearby)."""
+    return Result(decision.message(lang), [], refused=True)

@@ -78,10 +78,12 @@ def strip_injection(question: str) -> str:
 
 
 def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
-           known: Callable[[str], bool] | None = None) -> Decision:
+           known: Callable[[str], bool] | None = None, choosing: bool = False) -> Decision:
     """Refuse on a request for the hidden instructions, else when the evidence is too weak, else when the
     passages do not speak of the question's subject (`uncovered_subjects`; `known(term)`, when given, says whether
     the indexed documents name a term anywhere, e.g. Retriever.knows: such a term is never the missing subject).
+    `choosing`: the question asks which framework to choose (the caller's router says so: advisor.intent); its
+    names describe the asker's situation, not a subject the documents must cover, so the subject check is skipped.
 
     `question` is expected to have gone through strip_injection already.
     """
@@ -97,7 +99,7 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
     ok = top_dense >= need and top_score >= th.min_score
     if not ok:
         return Decision(True, "weak_evidence", top_dense, top_score)
-    missing = uncovered_subjects(question, hits, known) if th.subject_check else []
+    missing = uncovered_subjects(question, hits, known) if th.subject_check and not choosing else []
     if missing:
         nearby = tuple(dict.fromkeys(h.chunk.title for h in hits if h.chunk.title))[:3]
         return Decision(True, "off_subject", top_dense, top_score, tuple(missing), nearby)
@@ -154,10 +156,6 @@ def uncovered_subjects(question: str, hits: list[Hit], known: Callable[[str], bo
     """The subject terms of a question no retrieved passage names (in its text, title, heading path or file
     name; a concept term's other-language forms count) and, when `known` is given, the documents do not name
     anywhere, when every sentence of the question has one; else []."""
-    from ..advisor.intent import is_selection_question
-
-    if is_selection_question(question):
-        return []
     sentences = [t for t in _SENTENCE.findall(question) if t.strip()]
     per = [subject_terms(t) for t in sentences]
     if not any(per):
