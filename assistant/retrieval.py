@@ -31,6 +31,11 @@ from .types import Hit
 _ARTICLE_HINT = re.compile(r"文章|文中|这篇|原文|the article|this article|the guide", re.IGNORECASE)
 
 
+def refers_to_article(text: str) -> bool:
+    """The question points at the reference article itself ("文章里……", "according to the article")."""
+    return _ARTICLE_HINT.search(text) is not None
+
+
 @dataclass
 class RetrievalParams:
     dense_weight: float = 0.2  # tuned on the dev split: docs/retrieval.md
@@ -209,7 +214,7 @@ class Retriever:
             score = score - p.other_framework_penalty * np.array(
                 [bool(self.snap.chunks[int(r)].frameworks) and not wanted & set(self.snap.chunks[int(r)].frameworks)
                  for r in idx], dtype=np.float32)
-        if p.article_boost and _ARTICLE_HINT.search(query):
+        if p.article_boost and refers_to_article(query):
             score = score + p.article_boost * np.array(
                 [self.snap.chunks[int(r)].is_article for r in idx], dtype=np.float32)
         score = self._primary_first(idx, score, max(4 * k, 20))

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..embed import Embedder
 from ..llm.base import ChatModel, Message
+from ..retrieval import refers_to_article
 from ..types import Citation, Hit
 from .citations import CitationChecker, quoted_answer, renumber
 from .evidence import DEFAULT_MAX_SOURCES, best_sentence, select_evidence
@@ -69,13 +70,17 @@ class Result:
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
-def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE) -> list[Hit]:
+def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE, question: str = "") -> list[Hit]:
     """The retrieved passages that follow the pinned prefix in the user's turn: those of other documents that
     retrieval ranks above the pinned documents' best passage. A question whose best match is pinned gets none (the
-    prefix already holds it, and every added passage costs prefill time); passages of a pinned document are never
-    repeated."""
+    prefix already holds it, and every added passage costs prefill time), nor does one that refers to the pinned
+    article itself ("according to the article"): the 1.5B model answers from whatever passage stands next to the
+    question, and across languages our English notes outrank the Chinese article (dev: "What does the article advise
+    ...?" answered from a DeepSpeed tutorial). Passages of a pinned document are never repeated."""
     if not pinned.k:
         return hits
+    if refers_to_article(question) and any(c.is_article for c in pinned.chunks):
+        return []
     out: list[Hit] = []
     for hit in hits:
         if pinned.holds(hit.chunk):
@@ -96,7 +101,7 @@ def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_token
     """The evidence an answer's prompt carries for these hits, within the token budget and above the floor; with a
     pinned context, only passages of other documents (extra_hits), numbered after the pinned ones."""
     budget, max_sources = evidence_budget(question, config)
-    chosen = select_evidence(question, extra_hits(hits, pinned), count_tokens, budget, max_sources=max_sources,
+    chosen = select_evidence(question, extra_hits(hits, pinned, question), count_tokens, budget, max_sources=max_sources,
                              embedder=embedder, floor=config.evidence_floor)
     return [Source(s.n + pinned.k, s.hit, s.text) for s in chosen]
 
