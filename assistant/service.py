@@ -294,10 +294,11 @@ class AssistantService:
         t_translate = time.perf_counter()
         translation = self.translate(standalone)
         translate_ms = (time.perf_counter() - t_translate) * 1000
-        hits = self.retriever.search(standalone, k=self.settings.top_k, filters=Filters.parse(filters),
+        retriever = self.retriever  # one index generation for the whole answer
+        hits = retriever.search(standalone, k=self.settings.top_k, filters=Filters.parse(filters),
                                      translation=translation)
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        decision = decide(standalone, hits, known=self.retriever.knows, choosing=is_selection_question(standalone))
+        decision = decide(standalone, hits, known=retriever.knows, choosing=is_selection_question(standalone))
         user_turns = [m["content"] for m in history if m["role"] == "user"]
         if not decision.refuse and selection.is_selection(standalone, user_turns, lang, asked=question):
             plan = self._selection_plan(question, standalone, user_turns, lang)
@@ -305,7 +306,7 @@ class AssistantService:
                 yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms,
                                                   handle, replace, config)
                 return
-        pinned = pinning.NONE if decision.refuse else self.pinned_context()
+        pinned = pinning.NONE if decision.refuse else self.pinned_context(retriever.snap)
         sources = [] if decision.refuse else self.evidence(standalone, hits, pinned=pinned)
         shown = pipeline.pinned_shown(hits, pinned) + sources  # the pinned passages retrieval ranked, and the rest
         yield Event("sources", [s.hit for s in shown])
@@ -451,13 +452,13 @@ class AssistantService:
         yield Event("done", answer)
 
     # ---- the pinned context ---------------------------------------------------------------------
-    def pinned_context(self) -> pinning.PinnedContext:
+    def pinned_context(self, snap: Any = None) -> pinning.PinnedContext:
         """The documents always in the model's context (answer/pinned.py): the user's pins, by default the reference
         article, made of the live index's passages; built once per (index generation, pins). Pins that no longer
         fit the budget (it was lowered) are left out from the last one, with a log line."""
         if not self.settings.pinned_context:
             return pinning.NONE
-        snap = self.retriever.snap
+        snap = snap or self.retriever.snap  # the answer passes the generation it retrieved from
         chosen = pinning.load_pins(self.settings.state_dir)
         chunks = snap.chunks
         if chosen is None:
