@@ -75,22 +75,23 @@ def test_an_article_question_is_answered_from_the_prefix_and_cites_the_article(s
 
 @pytest.mark.slow
 def test_pins_over_http_list_pin_unpin_and_refuse(fast_server) -> None:
-    base = fast_server.url
+    base = fast_server.base
     with httpx.Client(base_url=base, timeout=120) as http:
         before = http.get("/api/pinned").json()
         assert before["enabled"] and before["sources"] and before["tokens"] <= before["budget"]
         docs = http.get("/api/documents").json()["documents"]
         assert {d["source"] for d in docs if d["pinned"]} == set(before["sources"])
-        article = before["sources"][0]
+        article = before["sources"][0]  # a source path: the pin routes take ids, sources or names
+        big = max((d for d in docs if not d["pinned"]), key=lambda d: d["chunks"])
+        assert big["chunks"] >= 10  # with the article, a page this long is beyond the default budget
+        r = http.put(f"/api/documents/{big['id']}/pin", headers={"Accept-Language": "zh-CN"})
+        assert r.status_code == 409 and "预算" in error_of(r)["message"]
+        assert http.get("/api/pinned").json() == before  # nothing changed
+        r = http.put("/api/documents/no-such-document/pin")
+        assert r.status_code == 404 and "no-such-document" in error_of(r)["message"]
         try:
             r = http.delete(f"/api/documents/{article}/pin")
             assert r.status_code == 200 and r.json()["sources"] == [] and r.json()["tokens"] == 0
-            big = max((d for d in docs if not d["pinned"]), key=lambda d: d["chunks"])
-            r = http.put(f"/api/documents/{big['id']}/pin", headers={"Accept-Language": "zh-CN"})
-            if big["chunks"] >= 20:  # a long page does not fit with the default budget
-                assert r.status_code == 409 and "预算" in error_of(r)["message"]
-            r = http.put("/api/documents/no-such-document/pin")
-            assert r.status_code == 404 and "no-such-document" in error_of(r)["message"]
         finally:
             restored = http.put(f"/api/documents/{article}/pin")
         assert restored.status_code == 200 and restored.json()["sources"] == before["sources"]

@@ -98,13 +98,13 @@ async def pinned(service: ReadyServiceDep) -> dict[str, Any]:
     return await run_in_threadpool(service.pinned_documents)
 
 
-@router.put("/documents/{document_id}/pin", response_model=PinnedInfo, responses=error_responses(404, 409),
+@router.put("/documents/{document_id:path}/pin", response_model=PinnedInfo, responses=error_responses(404, 409),
             summary="Pin a document (id, source or name): always in the model's context, within the token budget")
 async def pin(document_id: str, service: ReadyServiceDep) -> dict[str, Any]:
     return await run_in_threadpool(service.pin, document_id)
 
 
-@router.delete("/documents/{document_id}/pin", response_model=PinnedInfo, responses=error_responses(404, 409),
+@router.delete("/documents/{document_id:path}/pin", response_model=PinnedInfo, responses=error_responses(404, 409),
                summary="Unpin a document: it stays in the index and is retrieved like any other")
 async def unpin(document_id: str, service: ReadyServiceDep) -> dict[str, Any]:
     return await run_in_threadpool(service.unpin, document_id)
