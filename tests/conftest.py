@@ -64,6 +64,9 @@ def scripted_service(corpus_index: Path, tmp_path_factory: pytest.TempPathFactor
     from assistant.service import AssistantService
 
     def make(script=quote_sources, state_dir: Path | None = None, load: bool = True, **over):
+        # the scripted engine quotes the numbered sources of the user's turn: the retrieval-only prompt (the pinned
+        # prefix is answered by real models in test_pinned.py and test_llm.py)
+        over.setdefault("pinned_context", False)
         settings = load_settings(index_dir=corpus_index, state_dir=state_dir or tmp_path_factory.mktemp("state"),
                                  model="scripted", backend="scripted", docs=[str(REPO / "corpus")], **over)
         svc = AssistantService(settings, chat_model=ScriptedChatModel(script))

@@ -34,7 +34,9 @@ def _quote_first_source(messages: list[dict[str, str]]) -> str:
 @pytest.fixture(scope="module")
 def scripted(fast_settings) -> AssistantService:
     """The real service (index, embedder, citation check, sessions) with a scripted model: plumbing only."""
-    svc = AssistantService(fast_settings, chat_model=ScriptedChatModel(_quote_first_source))
+    # the script quotes the user turn's first source: the retrieval-only prompt, without the pinned prefix
+    svc = AssistantService(fast_settings.model_copy(update={"pinned_context": False}),
+                           chat_model=ScriptedChatModel(_quote_first_source))
     yield svc
     svc.close()
 
