@@ -28,7 +28,7 @@ help:
 	@echo "make lint       ruff + import contracts (.importlinter) + mypy"
 	@echo "make lock       refresh the hash-pinned locks in requirements/ from pyproject.toml (UPGRADE=1: newest)"
 
-# Supply chain (README "Supply chain"): every registry package comes from a hash-pinned lock, and nothing is
+# Supply chain (docs/deployment.md, "Supply chain"): every registry package comes from a hash-pinned lock, and nothing is
 # resolved at install time (tools/locked_install.py): the lock's own pip first, by hash, then each lock with
 # --require-hashes --no-deps, so a newer release on the index is never even looked at; then the project itself
 # (--no-deps); then llama-cpp-python, compiled from its hashed sdist (requirements/llama.txt) into the local

@@ -2,7 +2,7 @@
 the real 0.5B model: stop an answer while it streams (what was written stays, marked stopped), regenerate it
 (a second version to switch to), reload the page and reopen the conversation from the history list, export it
 as Markdown with its citations as footnotes; the interface follows the browser's language on a first visit.
-Screenshots at 1400 px and 390 px go to docs/screenshots/ (shown in README.md)."""
+Screenshots at 1400 px and 390 px go to docs/screenshots/ (shown in docs/ui.md)."""
 from __future__ import annotations
 
 import re
