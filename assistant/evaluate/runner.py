@@ -103,9 +103,17 @@ def unsupported_sentences(answer: Answer, entail: Any) -> list[dict[str, Any]]:
             if not M.cited_support(text, list(dict.fromkeys(refs)), passages, entail)]
 
 
+def _cited_chunks(answer: Answer) -> dict[int, Any]:
+    """[n] -> the chunk its citation opens (the answer's own numbering, Citation.n), or, for an answer without
+    citation records, the n-th listed source."""
+    by_id = {h.chunk.id: h.chunk for h in answer.sources}
+    cited = {c.n: by_id[c.chunk_id] for c in answer.citations if c.chunk_id in by_id}
+    return cited or {i + 1: h.chunk for i, h in enumerate(answer.sources)}
+
+
 def judged_passages(answer: Answer) -> dict[int, str]:
-    """What the judge reads for each [n]: the first PASSAGE_CHARS of its passage."""
-    return {i + 1: h.chunk.text[:PASSAGE_CHARS] for i, h in enumerate(answer.sources)}
+    """What the judge reads for each [n]: the first PASSAGE_CHARS of the passage its citation opens."""
+    return {n: chunk.text[:PASSAGE_CHARS] for n, chunk in _cited_chunks(answer).items()}
 
 
 def score_answer(case: EvalCase, answer: Answer, ranked: list[str], source_paths: dict[int, str],
@@ -148,7 +156,7 @@ def answer_sentences(text: str) -> list[tuple[str, list[int]]]:
 
 def _source_paths(service: Answerer, answer: Answer) -> dict[int, str]:
     """Source number -> file path of the passage (Citation.source may be a URL; paths come from the chunk)."""
-    return {i + 1: h.chunk.source for i, h in enumerate(answer.sources)}
+    return {n: chunk.source for n, chunk in _cited_chunks(answer).items()}
 
 
 def _ranked_paths(service: Answerer, answer: Answer, case: EvalCase) -> list[str]:
