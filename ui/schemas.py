@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from assistant.filters import Filters
 from assistant.sessions import ID_PATTERN
@@ -53,7 +53,7 @@ class AskRequest(RequestBody):
                           "settings.max_question_chars characters (else 413).", json_schema_extra=NOT_BLANK)
     session_id: str | None = SessionId
     filters: FiltersBody | None = None
-    stream: bool = Field(default=False, description="Server-Sent Events: sources, token..., citations, done")
+    stream: StrictBool = Field(default=False, description="Server-Sent Events: sources, token..., citations, done")
 
 
 class SearchRequest(RequestBody):
@@ -240,7 +240,7 @@ class ChatCompletionRequest(RequestBody):
                                             "contains": {"type": "object", "required": ["role", "content"],
                                                          "properties": {"role": {"const": "user"},
                                                                         "content": {"type": "string", **NOT_BLANK}}}})
-    stream: bool = False
+    stream: StrictBool = False
     session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Extension: the session_id of a "
                                    "previous completion (returned on it), to continue that conversation; omit to "
                                    "start a new one")

@@ -10,7 +10,7 @@ import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictBool
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -47,7 +47,7 @@ class RegenerateRequest(RequestBody):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {}, {"question": "DeepSpeed ZeRO 的三个阶段分别切分什么？", "stream": True}]})
     question: str | None = Field(default=None, description="The last question edited; omit to ask it again")
-    stream: bool = Field(default=False, description="Server-Sent Events, as /api/ask")
+    stream: StrictBool = Field(default=False, description="Server-Sent Events, as /api/ask")
 
 
 @router.get("/sessions", summary="The history list: this key's (and client's) conversations, newest first")

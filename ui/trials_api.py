@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import Field
+from pydantic import ConfigDict, Field, StrictBool
 from starlette.concurrency import run_in_threadpool
 
 from assistant.errors import UserError
@@ -23,6 +23,8 @@ router = APIRouter(prefix="/api", tags=["trials"], dependencies=[Depends(bearer_
 
 
 class TrialBody(RequestBody):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     frameworks: list[str] | None = Field(default=None, max_length=4, examples=[["pytorch", "jax"]],
                                          description="pytorch, jax, tensorflow, paddlepaddle (deepspeed, megatron-lm, "
                                          "colossal-ai: planned, not run); omit for the Advisor's two candidates")
@@ -30,7 +32,7 @@ class TrialBody(RequestBody):
     task: Literal["mlp", "cnn", "lm"] | None = Field(default=None, description="default: from the situation's domain")
     steps: int = Field(default=200, ge=runner.MIN_STEPS, le=2000)
     repeats: int = Field(default=3, ge=1, le=runner.MAX_REPEATS)
-    probes: bool = True
+    probes: StrictBool = True
     lang: Literal["zh", "en"] | None = None
 
 
