@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,7 +27,7 @@ from .index.snapshot import IndexSnapshot
 from .index.store import where_clause
 from .lang import detect_language
 from .text import tokenize
-from .types import Hit
+from .types import Chunk, Hit
 
 _ARTICLE_HINT = re.compile(r"文章|文中|这篇|原文|the article|this article|the guide", re.IGNORECASE)
 
@@ -82,6 +83,7 @@ class Retriever:
         self.embedder = embedder
         self.params = params or RetrievalParams()
         self._vectors = self._load_vectors()
+        self._last_query: tuple[tuple[str, str | None, str, bool], list[np.ndarray]] | None = None
         self._rows_of: dict[str, list[int]] = {}
 
     def _load_vectors(self) -> np.ndarray:
@@ -104,6 +106,23 @@ class Retriever:
         if len(fws) >= 2 and not filters.framework:
             return self._comparison(query, qvecs, fws, k, filters, translation)
         return self._ranked(query, qvecs, k, filters, fws, translation)
+
+    def similarities(self, query: str, chunks: Sequence[Chunk], translation: str | None = None) -> list[float]:
+        """The cosine between the query, embedded as search embeds it, and each of these passages (of this
+        snapshot), ranked or not: on the multilingual embedding alone, so a question and a passage in different
+        languages compare as closely as in one (the fused score's keyword side does not cross languages). The
+        answer reads it for the pinned passages: how close the question is to the documents always in context."""
+        if not chunks or self.params.mode == "bm25":
+            return [0.0] * len(chunks)
+        with self.snap.in_use():
+            rows = [self.snap.row_of.get(c.id) for c in chunks]
+            present = [r for r in rows if r is not None]
+            if not present:
+                return [0.0] * len(chunks)
+            vecs = self._vectors[np.asarray(present)]
+            sims = np.max(np.stack([vecs @ v for v in self._query_vectors(query, translation)]), axis=0)
+        it = iter(sims.tolist())
+        return [next(it) if r is not None else 0.0 for r in rows]
 
     def knows(self, term: str) -> bool:
         """Whether the indexed documents have every search token of `term` somewhere (the refusal policy asks: a
@@ -137,6 +156,15 @@ class Retriever:
     def _query_vectors(self, query: str, translation: str | None = None) -> list[np.ndarray]:
         """The query's embedding, plus that of the query with its cross-language terms when it has any, plus
         that of its translation when given."""
+        key = (query, translation, self.params.mode, self.params.expand_dense)
+        last = self._last_query  # one answer embeds its question once for search and for similarities
+        if last is not None and last[0] == key:
+            return last[1]
+        vecs = self._embed_query(query, translation)
+        self._last_query = (key, vecs)
+        return vecs
+
+    def _embed_query(self, query: str, translation: str | None) -> list[np.ndarray]:
         p = self.params
         if p.mode == "bm25":
             return [self.embedder.query(query)]

