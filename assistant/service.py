@@ -298,7 +298,10 @@ class AssistantService:
         hits = retriever.search(standalone, k=self.settings.top_k, filters=Filters.parse(filters),
                                      translation=translation)
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        decision = decide(standalone, hits, known=retriever.knows, choosing=is_selection_question(standalone))
+        pinned = self.pinned_context(retriever.snap)
+        near = retriever.similarities(standalone, pinned.chunks, translation)  # each pinned passage's closeness
+        decision = decide(standalone, hits, known=retriever.knows, choosing=is_selection_question(standalone),
+                          pinned_dense=max(near, default=0.0))
         user_turns = [m["content"] for m in history if m["role"] == "user"]
         if not decision.refuse and selection.is_selection(standalone, user_turns, lang, asked=question):
             plan = self._selection_plan(question, standalone, user_turns, lang)
@@ -306,9 +309,10 @@ class AssistantService:
                 yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms,
                                                   handle, replace, config)
                 return
-        pinned = pinning.NONE if decision.refuse else self.pinned_context(retriever.snap)
+        pinned = pinning.NONE if decision.refuse else pinned
         sources = [] if decision.refuse else self.evidence(standalone, hits, pinned=pinned)
-        shown = pipeline.pinned_shown(hits, pinned) + sources  # the pinned passages retrieval ranked, and the rest
+        focus = pipeline.focus(near, self.settings.pinned_focus) if pinned.k and not sources else []
+        shown = pipeline.pinned_shown(hits, pinned, focus) + sources  # the pinned passages ranked or named, the rest
         yield Event("sources", [s.hit for s in shown])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
                         question=question, standalone_question=standalone, sources=[s.hit for s in shown])
@@ -327,7 +331,7 @@ class AssistantService:
                     answer.answer, answer.citations, answer.diagnostics = kept.text, kept.citations, kept.diagnostics
                     self._remember(answer, decision.reason, replace)
 
-            messages = build_messages(standalone, sources, lang, system=pinned.system)
+            messages = build_messages(standalone, sources, lang, system=pinned.system, focus=focus)
             gen = yield from self._generate(messages, config, ticket, handle, t0, answer, keep_written)
             draft = gen.text
             try:
@@ -537,9 +541,12 @@ class AssistantService:
         """The messages the product sends the model for a standalone question, for benchmarks to replay (the live
         pinned context unless one is given; pinning.NONE replays the prompt without it)."""
         pinned = self.pinned_context() if pinned is None else pinned
-        hits = self.retriever.search(question, k=self.settings.top_k, translation=self.translate(question))
-        return build_messages(question, self.evidence(question, hits, count_tokens, pinned), detect_language(question),
-                              system=pinned.system)
+        translation = self.translate(question)
+        hits = self.retriever.search(question, k=self.settings.top_k, translation=translation)
+        near = self.retriever.similarities(question, pinned.chunks, translation)
+        sources = self.evidence(question, hits, count_tokens, pinned)
+        focus = pipeline.focus(near, self.settings.pinned_focus) if pinned.k and not sources else []
+        return build_messages(question, sources, detect_language(question), system=pinned.system, focus=focus)
 
     def _remember(self, answer: Answer, reason: str, replace: dict[str, Any] | None = None) -> None:
         extra: dict[str, Any] = {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused, "reason": reason,

@@ -132,6 +132,8 @@ class Settings(BaseSettings):
     top_k: int = 5
     pinned_context: bool = Field(default=True, description="Keep the pinned documents (by default the reference "
                                  "article) in the model's context as a cached prefix (answer/pinned.py)")
+    pinned_focus: int = Field(default=2, ge=0, le=8, description="The pinned passages closest to the question "
+                              "(multilingual embedding) that the user's turn names for the model to read first; 0: none")
     pinned_token_budget: int = Field(default=4000, ge=0, le=16000, description="Tokens the pinned documents may "
                                      "take together, with the answer rules (the article: 2,961 with the Qwen "
                                      "tokenizer, ~3,440 by the estimate of engines without one, such as remote ones)")

@@ -3,6 +3,7 @@ spelled out, numbered sources marked as data, and the question."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..types import Hit
@@ -46,6 +47,7 @@ CRITERIA_HINT = {
     "the project stage, the hardware, the long-term goals) and give the reasons.",
 }
 ANSWER_IN = {"zh": "用简体中文回答，每句后标注来源 [n]。", "en": "Answer in English and cite [n] after each sentence."}
+FOCUS = {"zh": "参考文档中与问题最相关的段落：{}。", "en": "The reference passages most related to the question: {}."}
 ANSWER_LAST = {"zh": "用简体中文回答。", "en": "Answer in English."}
 SEVERAL_HINT = {"zh": "问题问的是多项内容：来源中提到的每一项都要写出。",
                 "en": "The question asks for several items: give every one the sources name."}
@@ -80,17 +82,20 @@ def format_source(s: Source) -> str:
 
 
 def build_messages(question: str, sources: list[Source], lang: str,
-                   history: list[dict[str, str]] | None = None, system: str = "") -> list[dict[str, str]]:
+                   history: list[dict[str, str]] | None = None, system: str = "",
+                   focus: Sequence[int] = ()) -> list[dict[str, str]]:
     """The prompt: `system` (default SYSTEM_PROMPT; the pinned context's rules and documents when there is one,
     answer/pinned.py), then the history, then the user's turn: the answer-language line, the numbered sources (if
-    any), the question and its hints."""
+    any), the reference passages closest to the question (`focus`: their numbers in the pinned context), the
+    question and its hints."""
     # Untrusted document text is fenced so the model can tell data from the request; fence tags inside the
     # documents, the question or the history are defused so only ours delimit the sources.
     question = defuse_fences(question)
     body = "\n\n".join(format_source(s) for s in sources)
     # The answer-language line goes first: with the system prompt it forms a prefix that consecutive
     # questions in one language share, so llama.cpp reuses its KV cache instead of recomputing it.
-    parts = [ANSWER_IN[lang], *([f"<sources>\n{body}\n</sources>"] if sources else []), f"Question: {question}"]
+    parts = [ANSWER_IN[lang], *([f"<sources>\n{body}\n</sources>"] if sources else []),
+             *([FOCUS[lang].format(", ".join(f"[{n}]" for n in focus))] if focus else []), f"Question: {question}"]
     if is_recommendation(question):
         parts.append(CRITERIA_HINT[lang])
     elif asks_for_several(question):
