@@ -11,8 +11,11 @@ import pytest
 from httpkit import error_of
 
 from assistant.answer import pinned as pinning
-from assistant.answer.citations import renumber
+from assistant.answer.citations import CitationChecker, renumber
 from assistant.answer.pipeline import extra_hits
+from assistant.answer.pipeline import focus as focus_of
+from assistant.answer.policy import RefusalThresholds, decide
+from assistant.answer.prompt import build_messages
 from assistant.errors import UserError
 from assistant.text import rough_tokens
 from assistant.types import Citation, Hit
@@ -95,3 +98,46 @@ def test_pins_over_http_list_pin_unpin_and_refuse(fast_server) -> None:
         finally:
             restored = http.put(f"/api/documents/{article}/pin")
         assert restored.status_code == 200 and restored.json()["sources"] == before["sources"]
+
+
+def test_the_pinned_passages_closest_to_a_question_in_the_other_language_are_named_in_its_turn(service) -> None:
+    ctx = _article(service)
+    q = "According to the comparison table, which company leads PaddlePaddle?"
+    near = service.retriever.similarities(q, ctx.chunks)
+    assert len(near) == ctx.k
+    focus = focus_of(near, 2)
+    assert len(focus) == 2 and near[focus[0] - 1] == max(near)
+    assert "百度" in ctx.chunks[focus[0] - 1].text  # the table's PaddlePaddle row, found across languages
+    user = build_messages(q, [], "en", system=ctx.system, focus=focus)[-1]["content"]
+    assert f"most related to the question: [{focus[0]}], [{focus[1]}]." in user
+    assert "[" not in build_messages(q, [], "en", system=ctx.system)[-1]["content"]  # pinned_focus 0: no line
+    assert focus_of(near, 0) == [] and focus_of([], 2) == []
+
+
+def test_closeness_to_the_pinned_article_is_evidence_and_an_off_topic_question_stays_refused(service) -> None:
+    ctx = _article(service)
+    other = [c for c in service.retriever.snap.chunks if not ctx.holds(c)][:3]
+    weak = [Hit(chunk=c, score=0.2, dense=0.2) for c in other]  # what English notes score for an article question
+    q = "What is the first question a team should ask itself about its own skills?"
+    assert decide(q, weak).reason == "weak_evidence"
+    close = max(service.retriever.similarities(q, ctx.chunks))
+    assert close >= RefusalThresholds().min_dense and not decide(q, weak, pinned_dense=close).refuse
+    off = "What is the capital of Australia?"
+    assert max(service.retriever.similarities(off, ctx.chunks)) < RefusalThresholds().min_dense
+    assert decide(off, service.retriever.search(off, k=5),
+                  pinned_dense=max(service.retriever.similarities(off, ctx.chunks))).refuse
+
+
+def test_a_sentence_listing_the_items_of_a_section_cites_each_item_passage(service) -> None:
+    ctx = _article(service)
+    src = ctx.numbered()
+    items = [s.n for s in src if len(s.hit.chunk.heading_path) == 3 and "一、" in s.hit.chunk.heading_path[1]]
+    assert len(items) == 3  # the article's three core elements, a passage each under their own heading
+    checker = CitationChecker(service.embedder, service.pipeline_config.support_threshold)
+    listed = checker.check("评价框架主要看计算图管理、分布式训练能力、生态与工具链。", src)
+    assert all(f"[{n}]" in listed.text for n in items) and {c.n for c in listed.citations} >= set(items)
+    english = checker.check("The three core elements are graph management, distributed training and the ecosystem.",
+                            src)
+    assert {c.n for c in english.citations} >= set(items[1:])
+    # one item named beside something no passage says is not a listing: removed
+    assert checker.check("主要看计算图管理和天气预报。", src).text == ""

@@ -111,3 +111,6 @@ def test_subject_terms_are_names_not_the_domains_words() -> None:
     assert subject_terms("How do I run Megatron-LM with FSDP on a Jetson board with 70B parameters?") == ["Jetson"]
     assert subject_terms("飞桨的张量并行怎么用？") == []
     assert "OneFlow" in subject_terms("OneFlow 的 Global Tensor 是什么？")
+    # a compound is a name when a part of it is one, other than the domain's words
+    assert subject_terms("Which tools make thousand-GPU distributed training simpler?") == []
+    assert subject_terms("How do I export a model to ONNX-Runtime?") == ["ONNX-Runtime"]

@@ -248,7 +248,9 @@ class CitationChecker:
             subjects.extend([set(), label] if len(pieces) == 2 else [set()])
         parsed = [parse_markers(s) for s in raw]
         plain = [p[0] for p in parsed]
-        support, src_sents = self.support_matrix(plain, sources, subjects)
+        groups = sibling_groups(sources)
+        outline = self.support_matrix(plain, [outline_source(sources, g) for g in groups])[0] if groups else None
+        support, src_sents = self.support_matrix(plain, sources, subjects)  # last: it keeps each best sentence
         out_sents: list[str] = []
         used: dict[int, Citation] = {}
         result = CheckedAnswer("", [])
@@ -277,6 +279,16 @@ class CitationChecker:
                 j = int(np.argmax(support[i]))
                 if support[i, j] >= bar:
                     keep = [sources[j].n]
+            if not keep and outline is not None and not pronoun:
+                listed = _listed(text, outline[i], groups, sources, bar)
+                if listed:
+                    result.supported_sentences += 1
+                    for j, score in listed:
+                        if sources[j].n not in used or used[sources[j].n].support < score:
+                            used[sources[j].n] = citation_record(sources[j], lead(sources[j].hit.chunk.text), score)
+                    marks = "".join(f"[{sources[j].n}]" for j, _ in listed)
+                    out_sents.append(text[:-1] + marks + text[-1] if text[-1:] in ":：" else text + marks)
+                    continue
             if not keep:
                 if not self.drop_unsupported:
                     out_sents.append(text)
@@ -435,6 +447,76 @@ def renumber(text: str, citations: list[Citation]) -> tuple[str, list[Citation]]
         order[n] = len(order) + 1
     text = _CITED.sub(lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else m.group(0), text)
     return text, sorted((dataclasses.replace(c, n=order[c.n]) for c in citations), key=lambda c: c.n)
+
+
+# ---- a sentence that lists the items of sibling passages ----------------------------------------------------------
+# "评价框架主要看计算图管理、分布式训练能力、生态与工具链" names one item from each of three passages under one heading (a list
+# cut into one passage per item): no single passage supports it, their outline does. An outline is the lead of
+# each passage (its text up to the first colon or sentence end) of a run of consecutive passages with the same
+# document and heading path; the sentence cites the passages whose lead it names, two at least.
+_LEAD_END = re.compile(r"[：:。！？!?；;\n]")
+_LEAD_CHARS = 40
+_LISTED_MAX = 6  # passages one listing sentence cites at most
+
+
+def lead(text: str) -> str:
+    """A passage's lead: its words up to the first colon or sentence end, at most 40 characters."""
+    flat = " ".join(text.split())
+    m = _LEAD_END.search(flat)
+    return (flat[: m.start()] if m else flat)[:_LEAD_CHARS].strip()
+
+
+def _sibling_key(src: Source) -> tuple[str, ...] | None:
+    """The section a passage is an item of: its heading path, or its parent's when the passage has a heading of its
+    own below a section (a numbered list the chunker cut at its items: "一、核心三要素" > "1. 计算图管理"). Tables have
+    none: their rows are passages of their own, and their header is no outline."""
+    c = src.hit.chunk
+    if c.text.lstrip().startswith("|"):
+        return None
+    path = (c.source, *c.heading_path)
+    return path[:-1] if len(c.heading_path) >= 3 else path
+
+
+def sibling_groups(sources: list[Source]) -> list[list[int]]:
+    """Runs of at least two consecutive sources (as listed and numbered) that are items of one section."""
+    groups: list[list[int]] = []
+    run: list[int] = []
+    for j, src in enumerate(sources):
+        key = _sibling_key(src)
+        if run and key is not None and key == _sibling_key(sources[run[-1]]) and sources[run[-1]].n + 1 == src.n:
+            run.append(j)
+            continue
+        if len(run) >= 2:
+            groups.append(run)
+        run = [j] if key is not None else []
+    if len(run) >= 2:
+        groups.append(run)
+    return groups
+
+
+def outline_source(sources: list[Source], group: list[int]) -> Source:
+    """The outline of a run of sibling passages as one source: their leads joined into one sentence."""
+    first = sources[group[0]]
+    text = "、".join(lead(sources[j].hit.chunk.text) for j in group)
+    chunk = dataclasses.replace(first.hit.chunk, text=text)
+    return Source(first.n, dataclasses.replace(first.hit, chunk=chunk), text)
+
+
+def _listed(sentence: str, support: np.ndarray, groups: list[list[int]], sources: list[Source],
+            bar: float) -> list[tuple[int, float]]:
+    """The sibling passages a sentence lists items of: those of the best-supporting outline (at `bar` or above)
+    whose lead shares a term with the sentence, when two or more do; else []."""
+    g = int(np.argmax(support))
+    if support[g] < bar:
+        return []
+    words = set(_terms(sentence))
+    named = [j for j in groups[g] if words & set(_terms(lead(sources[j].hit.chunk.text)))]
+    # the items are the passages with a heading of their own under the section when there are such (its opening
+    # passage is cited, not counted): a sentence must name two of them
+    depth = min(len(sources[j].hit.chunk.heading_path) for j in groups[g])
+    own = [j for j in groups[g] if len(sources[j].hit.chunk.heading_path) > depth]
+    items = [j for j in named if j in own] if own else named
+    return [(j, float(support[g])) for j in named][:_LISTED_MAX] if len(items) >= 2 else []
 
 
 def citation_record(src: Source, snippet: str, score: float) -> Citation:
