@@ -279,7 +279,8 @@ class CitationChecker:
                 j = int(np.argmax(support[i]))
                 if support[i, j] >= bar:
                     keep = [sources[j].n]
-            if not keep and outline is not None and not pronoun:
+            # a sentence its section's outline supports better than any one passage lists the section's items
+            if outline is not None and not pronoun and float(outline[i].max()) > (best if keep else -1.0):
                 listed = _listed(text, outline[i], groups, sources, bar)
                 if listed:
                     result.supported_sentences += 1
