@@ -52,8 +52,9 @@ def test_documents_tab_upload_list_search_delete(doc_server: ServerProcess, tmp_
         page.wait_for_selector("#doc-empty", timeout=30_000)
 
         page.locator("#doc-file input[type=file]").set_input_files(str(doc))
+        # Gradio uploads the file to the server before it shows its name: allow for a loaded machine
         page.wait_for_function("document.querySelector('#doc-file').innerText.includes('zorblax-guide.md')",
-                               timeout=30_000)
+                               timeout=120_000)
         page.locator("#doc-upload").click()
         page.wait_for_selector("#doc-status progress", timeout=30_000)
         page.wait_for_function("document.querySelector('#doc-status').innerText.includes('完成')", timeout=180_000)
