@@ -26,7 +26,9 @@ OUT = REPO / "docs/img"
 
 SPEED_RUN = RESULTS / "speed-default-2026-11-30-g.json"
 SPEED_QUESTIONS = REPO / "bench/data/speed.jsonl"
-BUDGET_RUNS = [RESULTS / "evidence-budget-2026-11-30.json", RESULTS / "evidence-budget-2026-11-30-s3.json"]
+# (result file, what the run measured): the legend names the run by what it measured, not by its file
+BUDGET_RUNS = [(RESULTS / "evidence-budget-2026-11-30.json", "first check"),
+               (RESULTS / "evidence-budget-2026-11-30-s3.json", "stricter check")]
 GROWTH_RUN = RESULTS / "growth-2026-11-30.json"
 
 PRODUCT, RAW, TUTORIAL = "tab:blue", "tab:orange", "tab:gray"
@@ -112,7 +114,7 @@ def evidence_budget() -> None:
     right = left.twinx()
     right.spines["top"].set_visible(False)
     drawn = 0
-    for path, style in zip(BUDGET_RUNS, ["-", "--"], strict=True):
+    for (path, tag), style in zip(BUDGET_RUNS, ["-", "--"], strict=True):
         if not path.exists():
             continue
         rows = json.loads(path.read_text(encoding="utf-8"))
@@ -121,7 +123,6 @@ def evidence_budget() -> None:
             continue
         rows = sorted(rows, key=lambda r: r["budget"])
         drawn += 1
-        tag = path.stem.removeprefix("evidence-budget-")
         xs = [r["budget"] for r in rows]
         left.plot(xs, values(rows, "fact_recall"), style, marker="o", color="tab:blue", label=f"key-fact recall, {tag}")
         left.plot(xs, values(rows, "citation_recall"), style, marker="^", color="tab:green",
@@ -138,8 +139,8 @@ def evidence_budget() -> None:
     more = right.get_legend_handles_labels()
     left.legend(handles[0] + more[0], handles[1] + more[1], loc="lower right", frameon=False, fontsize=8)
     if drawn > 1:
-        fig.text(0.01, 0.01, "-s3: the rerun with the stricter support check, on a ~1.5 x slower machine:\n"
-                 "its citation recall and first token are not comparable with the first run", fontsize=7,
+        fig.text(0.01, 0.01, "stricter check: the stricter support check at 200 and 250 tokens, on a ~1.5 x slower "
+                 "machine:\nits citation recall and first token are not comparable with the first check's", fontsize=7,
                  color="dimgray")
     save(fig, "evidence-budget.svg", bottom=0.07 if drawn > 1 else 0.0)
 
