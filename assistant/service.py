@@ -311,7 +311,7 @@ class AssistantService:
                 return
         pinned = pinning.NONE if decision.refuse else pinned
         sources = [] if decision.refuse else self.evidence(standalone, hits, pinned=pinned)
-        focus = pipeline.focus(near, self.settings.pinned_focus) if pinned.k and not sources else []
+        focus = pipeline.focus(near, self.settings.pinned_focus, sources)
         shown = pipeline.pinned_shown(hits, pinned, focus) + sources  # the pinned passages ranked or named, the rest
         yield Event("sources", [s.hit for s in shown])
         answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
@@ -545,7 +545,7 @@ class AssistantService:
         hits = self.retriever.search(question, k=self.settings.top_k, translation=translation)
         near = self.retriever.similarities(question, pinned.chunks, translation)
         sources = self.evidence(question, hits, count_tokens, pinned)
-        focus = pipeline.focus(near, self.settings.pinned_focus) if pinned.k and not sources else []
+        focus = pipeline.focus(near, self.settings.pinned_focus, sources)
         return build_messages(question, sources, detect_language(question), system=pinned.system, focus=focus)
 
     def _remember(self, answer: Answer, reason: str, replace: dict[str, Any] | None = None) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -27,12 +26,9 @@ sys.path.insert(0, str(REPO))
 from assistant.answer import pinned as pinning  # noqa: E402
 from assistant.answer.pipeline import extra_hits  # noqa: E402
 from assistant.embed import create_embedder  # noqa: E402
+from assistant.evaluate.metrics import fact_present  # noqa: E402
 from assistant.index.snapshot import IndexSnapshot  # noqa: E402
 from assistant.retrieval import Retriever  # noqa: E402
-
-
-def has_fact(alternatives: str, text: str) -> bool:
-    return any(re.search(re.escape(a.strip()), text, re.IGNORECASE) for a in alternatives.split("|") if a.strip())
 
 
 def main() -> int:
@@ -57,7 +53,7 @@ def main() -> int:
     for row in rows:
         q = row["question"]
         hits = retriever.search(q, k=args.k)
-        missing = [f for f in row["answer_facts"] if not has_fact(f, pinned_text)]
+        missing = [f for f in row["answer_facts"] if not fact_present(f, pinned_text)]
         pinned_dense = retriever.closeness(q, ctx.sources)
         for rule in rules:
             if rule == "rank":
@@ -70,7 +66,7 @@ def main() -> int:
             t["n"] += 1
             if missing:
                 t["need"] += 1
-                ok = all(has_fact(f, text) for f in missing)
+                ok = all(fact_present(f, text) for f in missing)
                 t["served"] += ok
                 if not extras:
                     t["missing"] += 1

@@ -249,8 +249,10 @@ class CitationChecker:
         parsed = [parse_markers(s) for s in raw]
         plain = [p[0] for p in parsed]
         groups = sibling_groups(sources)
-        outline = self.support_matrix(plain, [outline_source(sources, g) for g in groups])[0] if groups else None
-        support, src_sents = self.support_matrix(plain, sources, subjects)  # last: it keeps each best sentence
+        # the sections' outlines are scored beside the passages, in one pass (each sentence embedded once)
+        support, src_sents = self.support_matrix(plain, sources + [outline_source(sources, g) for g in groups], subjects)
+        support, outline, src_sents = support[:, : len(sources)], support[:, len(sources):], src_sents[: len(sources)]
+        outline = outline if groups else None
         out_sents: list[str] = []
         used: dict[int, Citation] = {}
         result = CheckedAnswer("", [])

@@ -89,13 +89,15 @@ def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE, question: str = ""
     return out
 
 
-def focus(similarities: list[float], n: int) -> list[int]:
+def focus(similarities: list[float], n: int, extra: list[Source] | None = None) -> list[int]:
     """The numbers [1]..[k] of the `n` pinned passages closest to the question (their `similarities`, in prefix
     order), best first: the user's turn names them so the model reads those first. The 1.5B model finds a fact
     in a 29-passage prefix less often when the question is in the other language (dev, eval/gold_article_en.jsonl),
-    while the multilingual embedding puts the passage that holds it first for 15 of those 20 questions. The service
-    names them only when no passage of another document follows the prefix: pointed at the article, the model left
-    a docs passage that held the answer (dev: fact-zh-26)."""
+    while the multilingual embedding puts the passage that holds it first for 15 of those 20 questions. None when
+    passages of other documents follow the prefix (`extra`): pointed at the article, the model left a docs passage
+    that held the answer (dev: fact-zh-26)."""
+    if extra:
+        return []
     order = sorted(range(len(similarities)), key=lambda i: -similarities[i])
     return [i + 1 for i in order[:n]]
 
