@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,7 +40,7 @@ from .index.server import ServerIndex
 from .ingest import LoadError, chunk_document, load_document
 from .ingest.uploads import REGISTRY, read_registry, uploads_dir
 from .private import private_dir, replace_durably
-from .types import UPLOADS_FOLDER
+from .types import UPLOADS_FOLDER, source_kind
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,33 @@ class DocumentLibrary:
             shutil.rmtree(leftover, ignore_errors=True)
 
     # ---- the registry -----------------------------------------------------------------------------
+    def listing(self, snap: Any, pins: set[str], kind: str | None = None) -> list[dict[str, Any]]:
+        """Every document of the live generation `snap`: the uploads (with those still being added) and the indexed
+        corpus files; each with id, name, kind (upload|corpus), whether it is pinned (`pins`: sources), chunks, added
+        (ISO time), size (bytes), status."""
+        counts: dict[str, int] = {}
+        for c in snap.chunks:
+            counts[c.source] = counts.get(c.source, 0) + 1
+        out: list[dict[str, Any]] = []
+        if kind != "corpus":
+            for d, status in [*((d, "indexed") for d in self.registry().values()),
+                              *((d, "adding") for d in self.pending())]:
+                src = f"{UPLOADS_FOLDER}/{d['id']}/{d['name']}"
+                out.append({"id": d["id"], "name": d["name"], "kind": "upload", "source": src, "pinned": src in pins,
+                            "chunks": counts.get(src, 0), "added": _iso(d["added"]), "size": d["size"],
+                            "status": status})
+        if kind != "upload":
+            file_of = {src: path for path, src in snap.meta.file_sources.items()}
+            for src, n in sorted(counts.items()):
+                if source_kind(src) == "corpus":
+                    f = Path(file_of.get(src, ""))
+                    size = f.stat().st_size if file_of.get(src) and f.is_file() else None
+                    out.append({"id": hashlib.sha256(src.encode()).hexdigest()[:16], "name": src, "kind": "corpus",
+                                "source": src, "pinned": src in pins, "chunks": n, "added": _iso(snap.meta.created), "size": size,
+                                "status": "indexed"})
+        return out
+
+
     def registry(self) -> dict[str, dict[str, Any]]:
         return read_registry(self.root)
 
@@ -316,3 +344,7 @@ class DocumentLibrary:
                     raise
                 time.sleep(1.0)
         self._published()
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")

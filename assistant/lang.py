@@ -25,3 +25,16 @@ def env_language() -> str:
 
     locale = os.environ.get("LC_ALL") or os.environ.get("LANG") or ""
     return "zh" if locale.lower().startswith("zh") else "en"
+
+
+def off_language(text: str, lang: str) -> bool:
+    """True when an answer `text` is written in the other language than `lang` ("zh" or "en"): an English answer
+    whose CJK characters outweigh its Latin words, or a Chinese one with next to none (framework names, code and
+    commands are Latin in both, so a Chinese answer is judged by its CJK share, not by its words)."""
+    body = re.sub(r"`[^`]*`|\[\d+\]|https?://\S+", " ", text)
+    cjk = cjk_count(body)
+    weight = cjk + 2 * len(_LATIN_WORD.findall(body))
+    if weight < 8:  # too short to tell
+        return False
+    share = cjk / weight
+    return share >= 0.5 if lang == "en" else share < 0.1

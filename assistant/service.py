@@ -8,28 +8,23 @@ assistant/answer/pipeline.py; events are assistant.types.Event.
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from . import conversations, stopping
-from .advisor.intent import is_selection_question
 from .answer import pinned as pinning
-from .answer import pipeline, selection
-from .answer.citations import CitationChecker
-from .answer.policy import decide, rewrite_followup, strip_injection
-from .answer.prompt import SYSTEM_PROMPT, Source, build_messages
+from .answer import pipeline
+from .answer.prompt import Source, build_messages
+from .answering import Answerer, final
+from .answering.pins import Pins
 from .documents import DocumentLibrary, Job
 from .embed import Embedder, embedder_for
 from .errors import UserError
 from .filters import Filters
-from .genqueue import Cancelled, GenerationQueue, Ticket
+from .genqueue import GenerationQueue, Ticket
 from .index.identity import EmbedderStatus, compare
 from .index.location import IndexLocation, open_index
 from .lang import detect_language
@@ -39,7 +34,7 @@ from .sessions import SessionStorage, open_store, unknown_session
 from .settings import Settings, load_settings
 from .text import valid_unicode
 from .translate import QueryTranslator, create_translator
-from .types import CHECKING_CITATIONS, UPLOADS_FOLDER, Answer, AnswerTrace, Chunk, Event, Hit, source_kind
+from .types import Answer, Chunk, Event, Hit
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +59,12 @@ class AssistantService:
         self.active = stopping.ActiveAnswers()  # answers being written, by session: what `cancel` stops
         self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
         self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
-        self._pinned: tuple[tuple[Any, ...], pinning.PinnedContext] | None = None  # (its key, the pinned context)
         self._loaded = False  # set once load() has finished warming the model
         self._closed = False  # set by close(): a warm-up still running then fails quietly
         self.documents = DocumentLibrary(self.settings, lambda: self.embedder, self._reopen)
+        self.pins = Pins(self.settings, lambda: self.retriever.snap, lambda text: self.llm.count_tokens(text),
+                         self.list_documents, self._pins_changed)
+        self.answerer = Answerer(self)  # every answer's one way through (assistant/answering/)
 
     # ---- loading ------------------------------------------------------------------------------
     @property
@@ -225,9 +222,32 @@ class AssistantService:
                 "embedder": snap.embedder_name, "skipped": [list(s) for s in snap.meta.skipped],
                 "chunk_tokens": snap.meta.chunk_tokens}
 
+    # ---- admission: a place in the generation queue, taken when a request arrives -------------------------
+    def admit(self) -> Ticket:
+        """A place in the generation queue, in arrival order (a 503 UserError when it is full); pass it to ask_stream
+        or regenerate_stream, which give it back when the answer needs no model or ends early."""
+        return self.queue.reserve()
+
+    def withdraw(self, ticket: Ticket) -> None:
+        """Give an admitted place back (the client left); a no-op once its turn has begun."""
+        self.queue.cancel(ticket)
+
+    def queue_position(self, ticket: Ticket) -> int:
+        """How many requests are ahead of this place."""
+        return self.queue.position(ticket)
+
+    def queue_stats(self) -> dict[str, float]:
+        """The generation queue now: waiting, total_wait_s, served."""
+        q = self.queue
+        return {"waiting": q.waiting, "total_wait_s": q.total_wait_s, "served": q.served}
+
+    def answering(self, session_id: str) -> bool:
+        """True while an answer of the session is being written or stopped (a new question in it waits for it)."""
+        return self.active.running(session_id)
+
     # ---- retrieval ----------------------------------------------------------------------------
     def search(self, query: str, k: int = 5, filters: Filters | Mapping[str, Any] | None = None) -> list[Hit]:
-        query = self._check_text(query, "query")
+        query = self.check_text(query, "query")
         if not 1 <= k <= 50:
             raise UserError("bad_k", "k must be between 1 and 50.", "k 必须在 1 到 50 之间。")
         return self.retriever.search(query, k=k, filters=Filters.parse(filters), translation=self.translate(query))
@@ -235,7 +255,7 @@ class AssistantService:
     def search_explained(self, query: str, k: int = 5, filters: Filters | Mapping[str, Any] | None = None
                          ) -> tuple[list[Hit], dict[str, Any]]:
         """The hits of `search` and why they rank so (Retriever.explain: terms matched, weights)."""
-        query = self._check_text(query, "query")
+        query = self.check_text(query, "query")
         if not 1 <= k <= 50:
             raise UserError("bad_k", "k must be between 1 and 50.", "k 必须在 1 到 50 之间。")
         retriever, translation = self.retriever, self.translate(query)
@@ -248,12 +268,11 @@ class AssistantService:
     # ---- answers ------------------------------------------------------------------------------
     def ask(self, question: str, session_id: str | None = None, filters: Filters | Mapping[str, Any] | None = None,
             ticket: Ticket | None = None, *, owner: str | None = None) -> Answer:
-        return _final(self.ask_stream(question, session_id, filters, ticket, owner=owner))
+        return final(self.ask_stream(question, session_id, filters, ticket, owner=owner))
 
     def ask_stream(self, question: str, session_id: str | None = None,
                    filters: Filters | Mapping[str, Any] | None = None, ticket: Ticket | None = None, *,
-                   owner: str | None = None, client: str | None = None,
-                   _replace: dict[str, Any] | None = None) -> Iterator[Event]:
+                   owner: str | None = None, client: str | None = None) -> Iterator[Event]:
         """Events: sources, token..., status (checking_citations), citations, done (see docs/architecture.md).
 
         `session_id`: None starts a new session owned by `owner`; otherwise it must be one the store issued to
@@ -268,258 +287,33 @@ class AssistantService:
         stops the answer (assistant/stopping.py): "done" then carries what was written, `stopped` set; a
         consumer that closes this generator mid-answer stops it too, and what was written is stored.
         """
-        t0 = time.perf_counter()
-        try:
-            question = self._check_text(question, "question")
-            sid = self.sessions.ensure(session_id, owner, client)
-            ticket = ticket or self.queue.reserve()
-            with self.active.track(sid, ticket, self.queue) as handle:
-                yield from self._answer_events(question, sid, filters, ticket, t0, handle, _replace)
-        finally:
-            if ticket is not None:
-                self.queue.cancel(ticket)  # no-op once the turn was used
+        return self.answerer.stream(question, session_id, filters, ticket, owner=owner, client=client)
 
-    def _answer_events(self, question: str, sid: str, filters: Filters | Mapping[str, Any] | None,
-                       ticket: Ticket, t0: float, handle: stopping.StopHandle,
-                       replace: dict[str, Any] | None) -> Iterator[Event]:
-        lang = detect_language(question)
-        history = self.sessions.history(sid, self.settings.history_token_budget)
-        if replace is not None:  # a new version of the last turn: the conversation before it
-            history = history[:-2]
-        config = self.pipeline_config
-        if replace is not None:
-            config = dataclasses.replace(config, temperature=conversations.regen_temperature(
-                config.temperature, len(conversations.versions(replace))))
-        standalone = rewrite_followup(strip_injection(question) or question, history)
-        t_translate = time.perf_counter()
-        translation = self.translate(standalone)
-        translate_ms = (time.perf_counter() - t_translate) * 1000
-        retriever = self.retriever  # one index generation for the whole answer
-        hits = retriever.search(standalone, k=self.settings.top_k, filters=Filters.parse(filters),
-                                     translation=translation)
-        retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        pinned = self.pinned_context(retriever.snap)
-        near = retriever.similarities(standalone, pinned.chunks, translation)  # each pinned passage's closeness
-        decision = decide(standalone, hits, known=retriever.knows, choosing=is_selection_question(standalone),
-                          pinned_dense=max(near, default=0.0))
-        user_turns = [m["content"] for m in history if m["role"] == "user"]
-        if not decision.refuse and selection.is_selection(standalone, user_turns, lang, asked=question):
-            plan = self._selection_plan(question, standalone, user_turns, lang)
-            if plan is not None:
-                yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms,
-                                                  handle, replace, config)
-                return
-        pinned = pinning.NONE if decision.refuse else pinned
-        sources = [] if decision.refuse else self.evidence(standalone, hits, pinned=pinned)
-        focus = pipeline.focus(near, self.settings.pinned_focus, sources)
-        shown = pipeline.pinned_shown(hits, pinned, focus) + sources  # the pinned passages ranked or named, the rest
-        yield Event("sources", [s.hit for s in shown])
-        answer = Answer(answer="", citations=[], refused=decision.refuse, language=lang, session_id=sid,
-                        question=question, standalone_question=standalone, sources=[s.hit for s in shown])
-        checked_sources = pinned.numbered() + sources  # what a citation may open
-        draft = ""  # the model's text before the check
-        left = False  # the consumer closed the stream at the "status" event: the answer is checked and kept all the same
-        if decision.refuse:
-            self.queue.cancel(ticket)
-            result = pipeline.refused(decision, lang)
-            yield Event("token", result.text)
-            ttft_ms = retrieval_ms
-        else:
-            def keep_written(written: str) -> None:  # the consumer left mid-answer: keep it, as a stop would
-                if written:
-                    kept = stopping.check_stopped(written, checked_sources, config, self.embedder)
-                    answer.answer, answer.citations, answer.diagnostics = kept.text, kept.citations, kept.diagnostics
-                    self._remember(answer, decision.reason, replace)
-
-            messages = build_messages(standalone, sources, lang, system=pinned.system, focus=focus)
-            gen = yield from self._generate(messages, config, ticket, handle, t0, answer, keep_written)
-            draft = gen.text
-            try:
-                yield Event("status", CHECKING_CITATIONS)
-            except GeneratorExit:
-                left = True
-            result = (stopping.check_stopped(gen.text, checked_sources, config, self.embedder) if answer.stopped else
-                      pipeline.check(gen.text, standalone, sources, config, self.embedder, lang,
-                                     user_text="\n".join([*user_turns, question]), pinned=pinned, shown=shown))
-            answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
-            ttft_ms = (gen.ttft_s or 0.0) * 1000
-        answer.answer, answer.citations, answer.refused = result.text, result.citations, result.refused
-        answer.diagnostics = result.diagnostics
-        listed = {h.chunk.id for h in answer.sources}  # a cited pinned passage joins the sources the answer lists
-        answer.sources += [s.hit for s in checked_sources if s.hit.chunk.id not in listed
-                           and s.hit.chunk.id in {c.chunk_id for c in answer.citations}]
-        answer.trace = AnswerTrace(retrieved=hits, evidence=[s.text for s in checked_sources],
-                                   draft=draft, final=result.text,
-                                   refused_before_generation=decision.refuse)
-        answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
-                          "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
-        if self.settings.translate_queries:
-            answer.timings["translate_ms"] = round(translate_ms, 1)
-            answer.diagnostics["translation"] = translation
-        self._remember(answer, decision.reason, replace)
-        if left:
-            return
-        yield Event("citations", answer.citations)
-        yield Event("done", answer)
-
-    def _generate(self, messages: list[dict[str, str]], config: pipeline.PipelineConfig, ticket: Ticket,
-                  handle: stopping.StopHandle, t0: float, answer: Answer, keep_written: Callable[[str], None],
-                  lead: str = "") -> Generator[Event, None, pipeline.Generation]:
-        """The model's turn in the queue, streamed as "token" events (after `lead`, once the turn starts) and
-        stoppable: a stop before the turn gives an empty Generation, a stop during it what was written (either way
-        `answer.stopped`); a consumer that closes the stream gets `keep_written(what was written)` called, with
-        `answer.stopped` set, before the close goes on (the model's stream is closed with it)."""
-        written: list[str] = []
-        try:
-            with self.queue.turn(ticket) as waited:
-                answer.queue = {"ticket": ticket.number, "wait_ms": round(waited * 1000, 1)}
-                if lead:
-                    yield Event("token", lead)
-                gen = yield from stopping.stoppable_tokens(pipeline.generate(self.llm, messages, config, t0),
-                                                           handle.event, written, t0)
-        except Cancelled:
-            if not handle.asked:
-                raise
-            gen = pipeline.Generation("", None, 0, 0)  # stopped before its turn: nothing was written
-        except GeneratorExit:
-            answer.stopped = True
-            keep_written("".join(written))
-            raise
-        answer.stopped = handle.asked
-        return gen
-
-    def _selection_plan(self, question: str, standalone: str, user_turns: list[str],
-                        lang: str) -> selection.SelectionPlan | None:
-        """The Advisor's ranking for the situation of the conversation so far, as a selection answer's parts; None
-        when the Advisor cannot rank (the fact path answers then)."""
-        from .advisor import situation_from_turns
-
-        sc = situation_from_turns([*user_turns, question])
-        sc.lang = lang
-        try:
-            advice = self.advise(sc).to_dict()
-        except (UserError, ValueError, KeyError, IndexError) as exc:  # e.g. no rubric fact resolves in this index
-            log.warning("selection question answered on the fact path: the Advisor failed (%s)", exc)
-            return None
-        plan = selection.plan(advice, self.passage, lang, restrict=selection.compared_candidates(standalone))
-        return plan if plan.sources else None
-
-    def _selection_events(self, plan: selection.SelectionPlan, question: str, standalone: str, user_turns: list[str],
-                          sid: str, ticket: Ticket, t0: float, retrieval_ms: float, handle: stopping.StopHandle,
-                          replace: dict[str, Any] | None, config: pipeline.PipelineConfig) -> Iterator[Event]:
-        """A selection answer: the situation and the recommendation stream at once (they come from the Advisor),
-        then the model phrases the deciding reasons from the ranking's cited facts, checked like every answer."""
-        lang = plan.lang
-        answer = Answer(answer="", citations=[], refused=False, language=lang, session_id=sid, question=question,
-                        standalone_question=standalone, sources=[s.hit for s in plan.sources], advice=plan.advice)
-        yield Event("sources", answer.sources)
-        yield Event("token", plan.situation + "\n\n" + plan.lead)
-        ttft_ms = (time.perf_counter() - t0) * 1000
-        raw = ""
-        model_ttft_ms = 0.0
-        # no passage quotes here: a model reason that adds to its fact is shown as the Advisor's fact
-        # (selection.faithful_reasons), which is the quote's job on the fact path, and a quote there is the passage
-        # sentence nearest the claim with its neighbour, often about something else
-        checker = CitationChecker(self.embedder, config.support_threshold, quote_threshold=None)
-        user_text = "\n".join([*user_turns, question])
-        if plan.reasons:
-            def keep_written(written: str) -> None:  # the consumer left: keep the recommendation and what was written
-                kept = selection.finish(plan, written, checker, user_text, stopped=True)
-                answer.answer, answer.citations, answer.sources = kept.text, kept.citations, kept.sources
-                answer.diagnostics = kept.diagnostics
-                self._remember(answer, "selection", replace)
-
-            gen = yield from self._generate(selection.messages(plan, standalone), config, ticket, handle, t0, answer,
-                                            keep_written, lead=" ")
-            raw = gen.text
-            answer.usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens}
-            model_ttft_ms = (gen.ttft_s or 0.0) * 1000
-        else:
-            self.queue.cancel(ticket)
-        left = False  # as in _answer_events: a consumer gone at "status" still gets its answer kept
-        try:
-            yield Event("status", CHECKING_CITATIONS)
-        except GeneratorExit:
-            left = True
-        result = selection.finish(plan, raw, checker, user_text, stopped=answer.stopped)
-        answer.answer, answer.citations, answer.sources = result.text, result.citations, result.sources
-        answer.diagnostics = result.diagnostics
-        # for the fact-loss table: the Advisor's cited passages are what was "retrieved" and shown (as its facts)
-        answer.trace = AnswerTrace(retrieved=[s.hit for s in plan.sources], evidence=[s.text for s in plan.sources],
-                                   draft=plan.lead + " " + raw, final=result.text)
-        answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
-                          "model_ttft_ms": round(model_ttft_ms, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
-        self._remember(answer, "selection", replace)
-        if left:
-            return
-        yield Event("citations", answer.citations)
-        yield Event("done", answer)
-
-    # ---- the pinned context ---------------------------------------------------------------------
+    # ---- the pinned context (assistant/answering/pins.py) --------------------------------------------
     def pinned_context(self, snap: Any = None) -> pinning.PinnedContext:
-        """The documents always in the model's context (answer/pinned.py): the user's pins, by default the reference
-        article, made of the live index's passages; built once per (index generation, pins). Pins that no longer
-        fit the budget (it was lowered) are left out from the last one, with a log line."""
-        if not self.settings.pinned_context:
-            return pinning.NONE
-        snap = snap or self.retriever.snap  # the answer passes the generation it retrieved from
-        chosen = pinning.load_pins(self.settings.state_dir)
-        chunks = snap.chunks
-        if chosen is None:
-            chosen = pinning.default_pins(chunks)
-        key = (snap.location, tuple(chosen), self.settings.pinned_token_budget)
-        cached = self._pinned
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        while True:
-            try:
-                ctx = pinning.build(chunks, chosen, self.llm.count_tokens, self.settings.pinned_token_budget)
-                break
-            except UserError:
-                log.warning("pinned documents over the budget of %d tokens: %s left out",
-                            self.settings.pinned_token_budget, chosen[-1])
-                chosen = chosen[:-1]
-        self._pinned = (key, ctx)
-        return ctx
+        """The documents always in the model's context, made of `snap`'s passages (default the live generation)."""
+        return self.pins.context(snap)
 
     def system_prompt(self) -> str:
-        """The system message every fact answer starts with: the pinned context, or the plain rules without one."""
-        return self.pinned_context().system or SYSTEM_PROMPT
+        return self.pins.system_prompt()
 
     def pinned_documents(self) -> dict[str, Any]:
-        """What is pinned: the sources, their passages and tokens, the budget."""
-        ctx = self.pinned_context()
-        return {"enabled": self.settings.pinned_context, "sources": list(ctx.sources), "passages": ctx.k,
-                "tokens": ctx.tokens, "budget": self.settings.pinned_token_budget}
-
-    def _document_source(self, ref: str) -> str:
-        """A document's source path from its id, source or name (as list_documents gives them)."""
-        for d in self.list_documents():
-            if ref in (d["id"], d["source"], d["name"]):
-                return str(d["source"])
-        raise UserError("unknown_document", f"No document {ref!r} in the index.", f"索引中没有文档 {ref!r}。", 404)
+        return self.pins.info()
 
     def set_pins(self, refs: list[str]) -> dict[str, Any]:
-        """Pin exactly these documents (ids, sources or names; [] pins none). A 404 for an unknown document, a 409
-        when they do not fit the budget together; nothing changes then. The new prefix is computed in the
-        background (the first answer after it waits for it otherwise)."""
-        if not self.settings.pinned_context:
-            raise UserError("pinning_off", "Pinned context is off (setting pinned_context).",
-                            "置顶上下文已关闭（设置项 pinned_context）。", 409)
-        sources = list(dict.fromkeys(self._document_source(r) for r in refs))
-        pinning.build(self.retriever.snap.chunks, sources, self.llm.count_tokens, self.settings.pinned_token_budget)
-        pinning.save_pins(self.settings.state_dir, sources)
-        self._pinned = None
-        if self._loaded:
-            threading.Thread(target=self._rewarm, name="assistant-rewarm", daemon=True).start()
-        return self.pinned_documents()
+        """Pin exactly these documents; the new prefix is computed in the background (the first answer after it
+        waits for it otherwise)."""
+        return self.pins.set(refs)
 
     def pin(self, ref: str) -> dict[str, Any]:
-        return self.set_pins([*self.pinned_context().sources, ref])
+        return self.pins.pin(ref)
 
     def unpin(self, ref: str) -> dict[str, Any]:
-        source = self._document_source(ref)
-        return self.set_pins([s for s in self.pinned_context().sources if s != source])
+        return self.pins.unpin(ref)
+
+    def _pins_changed(self) -> None:
+        if self._loaded:
+            threading.Thread(target=self._rewarm, name="assistant-rewarm", daemon=True).start()
 
     def _rewarm(self) -> None:
         try:
@@ -548,17 +342,6 @@ class AssistantService:
         focus = pipeline.focus(near, self.settings.pinned_focus, sources)
         return build_messages(question, sources, detect_language(question), system=pinned.system, focus=focus)
 
-    def _remember(self, answer: Answer, reason: str, replace: dict[str, Any] | None = None) -> None:
-        extra: dict[str, Any] = {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused, "reason": reason,
-                 "standalone_question": answer.standalone_question, "stopped": answer.stopped}
-        if replace is None:
-            answer.message_id = self.sessions.add_turn(answer.session_id, answer.question, answer.answer, extra)
-            return
-        versioned = conversations.with_new_version(replace, answer.question, answer.answer, extra)
-        self.sessions.replace_turn(answer.session_id, replace["answer_id"], answer.question, answer.answer, versioned)
-        answer.message_id = replace["answer_id"]
-        answer.alternatives = len(versioned["alternatives"])
-
     # ---- sessions and feedback ----------------------------------------------------------------
     # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404.
     # `client`: the caller's browser id (the UI's, or an API client's `?client=`); a session listed for another
@@ -581,7 +364,7 @@ class AssistantService:
                       client: str | None = None) -> list[dict[str, Any]]:
         """The history list: the owner's (and `client`'s) conversations, newest first, `text` searched."""
         if len(text) > self.settings.max_question_chars:
-            self._check_text(text, "query")  # the same 413 as a search
+            self.check_text(text, "query")  # the same 413 as a search
         return self.sessions.list_sessions(owner, client, text, limit)
 
     def rename_session(self, session_id: str, title: str, *, owner: str | None = None,
@@ -602,22 +385,11 @@ class AssistantService:
         """Answer the session's last question again (at a higher temperature), or `question` in its place
         (the last question edited): the events of ask_stream; the turn keeps its id and its earlier versions
         (assistant/conversations.py)."""
-        try:
-            if not self.sessions.exists(session_id, owner, client):
-                raise unknown_session()
-            last = self.sessions.last_turn(session_id)
-            if last is None:
-                raise conversations.nothing_to_regenerate()
-        except BaseException:
-            if ticket is not None:
-                self.queue.cancel(ticket)
-            raise
-        yield from self.ask_stream(last["question"] if question is None else question, session_id, None, ticket,
-                                   owner=owner, _replace=last)
+        return self.answerer.stream(question, session_id, None, ticket, owner=owner, client=client, regenerate=True)
 
     def regenerate(self, session_id: str, question: str | None = None, ticket: Ticket | None = None, *,
                    owner: str | None = None, client: str | None = None) -> Answer:
-        return _final(self.regenerate_stream(session_id, question, ticket, owner=owner, client=client))
+        return final(self.regenerate_stream(session_id, question, ticket, owner=owner, client=client))
 
     def choose_version(self, session_id: str, index: int, *, owner: str | None = None,
                        client: str | None = None) -> dict[str, Any]:
@@ -661,30 +433,7 @@ class AssistantService:
         if kind not in (None, "upload", "corpus"):
             raise UserError("bad_kind", "kind must be 'upload' or 'corpus'.", "kind 只能是 upload 或 corpus。", 422)
         snap = self.retriever.snap
-        pins = set(self._pinned[1].sources if self._pinned is not None else
-                   pinning.load_pins(self.settings.state_dir) or pinning.default_pins(snap.chunks)
-                   if self.settings.pinned_context else ())
-        counts: dict[str, int] = {}
-        for c in snap.chunks:
-            counts[c.source] = counts.get(c.source, 0) + 1
-        out: list[dict[str, Any]] = []
-        if kind != "corpus":
-            for d, status in [*((d, "indexed") for d in self.documents.registry().values()),
-                              *((d, "adding") for d in self.documents.pending())]:
-                src = f"{UPLOADS_FOLDER}/{d['id']}/{d['name']}"
-                out.append({"id": d["id"], "name": d["name"], "kind": "upload", "source": src, "pinned": src in pins,
-                            "chunks": counts.get(src, 0), "added": _iso(d["added"]), "size": d["size"],
-                            "status": status})
-        if kind != "upload":
-            file_of = {src: path for path, src in snap.meta.file_sources.items()}
-            for src, n in sorted(counts.items()):
-                if source_kind(src) == "corpus":
-                    f = Path(file_of.get(src, ""))
-                    size = f.stat().st_size if file_of.get(src) and f.is_file() else None
-                    out.append({"id": hashlib.sha256(src.encode()).hexdigest()[:16], "name": src, "kind": "corpus",
-                                "source": src, "pinned": src in pins, "chunks": n, "added": _iso(snap.meta.created), "size": size,
-                                "status": "indexed"})
-        return out
+        return self.documents.listing(snap, self.pins.sources(snap), kind)
 
     def _reopen(self) -> None:
         """After a build went live: open the new generation now, so the next search does not wait for it."""
@@ -705,7 +454,7 @@ class AssistantService:
         return advise(self, scenario)
 
     # ---- helpers ------------------------------------------------------------------------------
-    def _check_text(self, text: Any, what: str) -> str:
+    def check_text(self, text: Any, what: str) -> str:
         if not isinstance(text, str) or not text.strip():
             raise UserError("empty_input", f"The {what} is empty.", "问题不能为空。" if what == "question" else "查询不能为空。", 422)
         if len(text) > self.settings.max_question_chars:
@@ -724,16 +473,3 @@ class AssistantService:
             self._retriever.snap.close()
         self.sessions.close()
 
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
-
-
-def _final(events: Iterator[Event]) -> Answer:
-    """The answer of a stream of answer events (its "done")."""
-    answer: Answer | None = None
-    for ev in events:
-        if ev.kind == "done":
-            answer = ev.data
-    assert answer is not None
-    return answer

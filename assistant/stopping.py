@@ -2,7 +2,7 @@
 that closes its stream, `assistant`'s Ctrl-C.
 
 Owns the registry of answers in progress (`ActiveAnswers`, one per session: a newer answer in the same session
-takes the place of an older one), the token loop that ends the model's stream as soon as a stop is asked for
+waits for the older one), the token loop that ends the model's stream as soon as a stop is asked for
 (`stoppable_tokens`: the engine computes no further token, and the queue place is given back at once when the
 answer was still waiting for the model), and what a stopped answer keeps (`check_stopped`): the text written
 so far, every sentence of it, with a citation only where the citation check supports it. A stopped answer is
@@ -45,16 +45,26 @@ class StopHandle:
 
 
 class ActiveAnswers:
-    """The answers being written, by session id."""
+    """The answers being written, by session id: one at a time in a session."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._by_session: dict[str, StopHandle] = {}
 
     @contextmanager
-    def track(self, session_id: str, ticket: Ticket, queue: GenerationQueue) -> Iterator[StopHandle]:
+    def track(self, session_id: str, ticket: Ticket, queue: GenerationQueue,
+              wait_s: float | None = None) -> Iterator[StopHandle]:
+        """The session's answer in progress while the block runs. A second answer in the same session (a question
+        sent while the first is still being written or stopped) waits here until the first is saved, so it sees that
+        turn and is never lost; after `wait_s` (an abandoned stream) it takes the first one's place."""
         handle = StopHandle(ticket, queue)
+        deadline = None if wait_s is None else time.monotonic() + wait_s
         with self._lock:
+            while session_id in self._by_session:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._lock.wait(left)
             self._by_session[session_id] = handle
         try:
             yield handle
@@ -62,6 +72,7 @@ class ActiveAnswers:
             with self._lock:
                 if self._by_session.get(session_id) is handle:
                     del self._by_session[session_id]
+                self._lock.notify_all()
 
     def stop(self, session_id: str) -> bool:
         """Ask the session's answer in progress to stop; False when none is being written."""

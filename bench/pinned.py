@@ -125,7 +125,7 @@ def main() -> int:
                 order = [True, False] if i % 2 == 0 else [False, True]
                 for on in order:
                     svc.settings.pinned_context = on
-                    svc._pinned = None
+                    svc.pins.reset()
                     a = svc.ask(q)
                     extra = llm.last_usage.extra
                     rows.append({"kind": kind, "pinned": on, "q": q, "refused": a.refused,

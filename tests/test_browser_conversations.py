@@ -123,6 +123,37 @@ def test_stop_regenerate_reload_reopen_and_export(browser, ui_server: ServerProc
     shutil.copy(ARTIFACTS / "12-conversation-390.png", SHOTS / "chat-390.png")
 
 
+def test_a_question_sent_while_the_answer_stops_is_answered_not_dropped(browser, ui_server: ServerProcess) -> None:
+    """Stop, then send the next question at once (the stopped answer is still being checked and saved): it is shown,
+    answered after the stopped one and stored; Regenerate then works on it, not on the stopped answer."""
+    second = "JAX 的 jit 有什么用？"
+    page = open_page(browser, ui_server)
+    box = page.locator("#fa-question textarea")
+    box.fill(QUESTION)
+    box.press("Enter")
+    page.locator("#fa-stop").wait_for(state="visible", timeout=60_000)
+    page.wait_for_function(
+        "(() => { const b = document.querySelectorAll('#fa-chat .message-content');"
+        " return b.length >= 2 && b[b.length - 1].innerText.trim().length > 8; })()", timeout=300_000)
+    page.locator("#fa-stop").click()
+    box.fill(second)
+    box.press("Enter")
+    answered = ("(() => { const b = document.querySelectorAll('#fa-chat .message-content');"
+                " const s = document.querySelector('#fa-status').innerText;"
+                " return b.length === 4 && b[2].innerText.includes(" + repr(second) + ") && b[3].innerText.trim().length > 8"
+                " && !b[3].innerText.includes('（已停止）') && s.includes('完成') && !s.includes('已停止'); })()")
+    try:
+        page.wait_for_function(answered, timeout=600_000)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / "13-second-question.png"), full_page=True)
+        raise
+    assert "（已停止）" in page.locator("#fa-chat .message-content").nth(1).inner_text()
+    page.locator("#fa-regenerate").click()
+    status_has(page, "第 2 版")
+    assert bubbles(page) == 4 and second in page.locator("#fa-chat .message-content").nth(2).inner_text()
+    assert "（已停止）" in page.locator("#fa-chat .message-content").nth(1).inner_text()  # the stopped turn is kept
+
+
 def test_first_visit_follows_the_browsers_language(browser, ui_server: ServerProcess) -> None:
     page = open_page(browser, ui_server, locale="en-US")
     page.wait_for_function("document.querySelector('#fa-send').innerText.trim() === 'Send'", timeout=30_000)

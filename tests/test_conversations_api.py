@@ -177,6 +177,34 @@ def test_cancel_while_waiting_frees_the_queue_place(live: Live) -> None:
     assert results[first].json()["stopped"] is True
 
 
+def test_a_question_sent_while_the_answer_stops_waits_for_it_and_sees_that_turn(live: Live) -> None:
+    """The session's questions are answered in order: a follow-up sent right after Stop (the stopped answer is still
+    being checked and saved) is answered once the first is stored, and its rewrite sees that turn."""
+    sid = new_session(live)
+    results: dict[str, Any] = {}
+    before = live.model.words
+
+    def first() -> None:
+        results["first"] = httpx.post(live.url + "/api/ask", json={"question": QUESTION, "session_id": sid}, timeout=60)
+
+    t = threading.Thread(target=first)
+    t.start()
+    wait_until(lambda: live.model.words >= before + 5)  # streaming
+    assert live.http.post(f"/api/sessions/{sid}/cancel").json()["cancelled"] is True
+    live.model.delay = 0.0
+    try:
+        second = live.svc.ask("它的 stage 3 切分什么？", sid)  # at once, while the first is stopping
+    finally:
+        live.model.delay = 0.04
+    t.join(30)
+    assert results["first"].json()["stopped"] is True
+    assert not second.stopped and second.answer
+    assert "ZeRO" in second.standalone_question or "DeepSpeed" in second.standalone_question  # it saw the first turn
+    msgs = live.http.get(f"/api/sessions/{sid}").json()["messages"]
+    assert [m["content"] for m in msgs if m["role"] == "user"] == [QUESTION, "它的 stage 3 切分什么？"]
+    assert msgs[1]["stopped"] is True and not msgs[3].get("stopped")
+
+
 # ---- regenerate and edit ------------------------------------------------------------------------------------------
 def test_regenerate_and_edit_keep_versions_to_switch_between(live: Live) -> None:
     live.model.delay = 0.0

@@ -110,7 +110,7 @@ async def answer_unless_gone(request: Request, service: Any, ticket: Ticket, cal
     while not task.done():
         await asyncio.wait({task}, timeout=poll_s)
         if not task.done() and await request.is_disconnected():
-            service.queue.cancel(ticket)  # a no-op once the turn has begun: that answer is finished and kept
+            service.withdraw(ticket)  # a no-op once the turn has begun: that answer is finished and kept
             break
     try:
         return await task

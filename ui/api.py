@@ -81,7 +81,7 @@ async def ask(body: AskRequest, request: Request, service: ReadyServiceDep, metr
             service, request.app.state.stream_slots, lang,
             lambda ticket: service.ask_stream(body.question, body.session_id, filters, ticket, owner=owner))
         return EventSourceResponse(sse_events(events, on_event), ping=15)
-    ticket = service.queue.reserve()  # on the event loop, before retrieval: a full queue is a 503 now
+    ticket = service.admit()  # on the event loop, before retrieval: a full queue is a 503 now
     answer = await answer_unless_gone(request, service, ticket, lambda: service.ask(
         body.question, body.session_id, filters, ticket, owner=owner))
     if isinstance(answer, Response):  # the client left while waiting

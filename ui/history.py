@@ -20,7 +20,7 @@ import gradio as gr
 from assistant import export
 from assistant.errors import UserError
 
-from .web import TEXT, ChatHandlers, inert, link_citations, stored_sources_html
+from .web import TEXT, ChatHandlers, messages_to_chat, stored_sources_html
 
 # on load: the browser's id (made once, kept in localStorage) and the interface language (saved choice, else the
 # browser's language on the first visit)
@@ -58,18 +58,6 @@ CSS = """
   #fa-history .wrap { max-height: 180px; }
 }
 """
-
-
-def messages_to_chat(session: dict[str, Any], lang: str) -> list[dict[str, str]]:
-    """A stored session as the chatbot's messages (as ui/web.py renders them while streaming)."""
-    out = []
-    for m in session["messages"]:
-        if m["role"] == "user":
-            out.append({"role": "user", "content": inert(m["content"])})
-        else:
-            mark = TEXT[lang]["stopped_mark"] if m.get("stopped") else ""
-            out.append({"role": "assistant", "content": link_citations(m["content"]) + mark})
-    return out
 
 
 class HistoryHandlers:
@@ -223,18 +211,23 @@ def wire(demo: gr.Blocks, h: ChatHandlers, side: dict[str, Any], ctl: dict[str, 
         return client_id, gr.update(visible=True)
 
     def after_answer(client_id: str, text: str, sid: str, request: gr.Request) -> tuple:
-        return (gr.update(visible=False), False, hh.listing(client_id, text, sid, request),
+        # Stop stays while a question sent during this answer is being answered in the same session
+        busy = bool(sid) and h.service.answering(sid)
+        return (gr.update(visible=busy), False, hh.listing(client_id, text, sid, request),
                 hh.versions(sid, client_id, request))
 
     after_outputs = [stop, ctl["editing"], listing, ctl["versions"]]
     for trigger, fn in ((box.submit, h.respond), (send.click, h.respond),
                         (ctl["regenerate"].click, None)):
         if fn is None:
-            ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS).then(h.regenerate, [chatbot, session_state, lang_state, client], outputs,
-                                                       concurrency_limit=4, concurrency_id="chat")
+            ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS, trigger_mode="multiple").then(
+                h.regenerate, [chatbot, session_state, lang_state, client], outputs, concurrency_limit=4,
+                concurrency_id="chat", trigger_mode="multiple")
         else:
-            ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS).then(
-                fn, respond_inputs, outputs, concurrency_limit=4, concurrency_id="chat")
+            # "multiple": a question sent while an answer streams or stops is taken, never dropped (Gradio's default
+            # "once" ignores a send while the last one is pending); the service answers it after the one before
+            ev = trigger(show_stop, client, [client, stop], js=CLIENT_JS, trigger_mode="multiple").then(
+                fn, respond_inputs, outputs, concurrency_limit=4, concurrency_id="chat", trigger_mode="multiple")
         ev.then(after_answer, list_inputs, after_outputs).then(None, None, None, js=FOCUS_JS)
     stop.click(hh.stop, [session_state, lang_state, client], status, concurrency_limit=None)
 

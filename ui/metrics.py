@@ -29,11 +29,11 @@ class _QueueCollector:
         self.service = service
 
     def collect(self) -> Any:
-        q = self.service.queue
-        yield GaugeMetricFamily("assistant_generation_queue_waiting", "Requests waiting for the model", value=q.waiting)
+        q = self.service.queue_stats()
+        yield GaugeMetricFamily("assistant_generation_queue_waiting", "Requests waiting for the model", value=q["waiting"])
         yield CounterMetricFamily("assistant_generation_queue_wait_seconds", "Total seconds spent waiting for the model",
-                                  value=q.total_wait_s)
-        yield CounterMetricFamily("assistant_generations", "Generations that got the model", value=q.served)
+                                  value=q["total_wait_s"])
+        yield CounterMetricFamily("assistant_generations", "Generations that got the model", value=q["served"])
         yield GaugeMetricFamily("assistant_ready", "1 when the index and model are loaded",
                                 value=1.0 if self.service.ready() else 0.0)
 

@@ -97,7 +97,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
                                           lambda ticket: service.ask_stream(question, session, None, ticket,
                                                                             owner=owner))
         return EventSourceResponse(_stream(events, model, on_event), ping=15)
-    ticket = service.queue.reserve()
+    ticket = service.admit()
     answer = await answer_unless_gone(request, service, ticket,
                                       lambda: service.ask(question, session, None, ticket, owner=owner))
     if isinstance(answer, Response):  # the client left while waiting

@@ -95,7 +95,7 @@ async def regenerate(session_id: str, request: Request, service: ReadyServiceDep
         events = await open_answer_stream(service, request.app.state.stream_slots, lang, lambda ticket: (
             service.regenerate_stream(session_id, body.question, ticket, owner=owner, client=client)))
         return EventSourceResponse(sse_events(events, metrics.stream_observer(time.perf_counter())), ping=15)
-    ticket = service.queue.reserve()
+    ticket = service.admit()
     answer = await answer_unless_gone(request, service, ticket, lambda: service.regenerate(
         session_id, body.question, ticket, owner=owner, client=client))
     if isinstance(answer, Response):

@@ -71,11 +71,11 @@ async def open_answer_stream(service: Any, slots: Any, lang: str,
     """A stream slot and a queue ticket now (503s otherwise), then `answer(ticket)`'s events via open_stream."""
     release = slots.acquire()
     try:
-        ticket = service.queue.reserve()  # on the event loop: the queue order is the arrival order
+        ticket = service.admit()  # on the event loop: the queue order is the arrival order
     except BaseException:
         release()
         raise
-    return await open_stream(answer(ticket), lang, on_close=lambda: service.queue.cancel(ticket), release=release)
+    return await open_stream(answer(ticket), lang, on_close=lambda: service.withdraw(ticket), release=release)
 
 
 async def open_stream(gen: Iterator[Event], lang: str, *, on_close: Callable[[], None] | None = None,

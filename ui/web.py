@@ -37,7 +37,7 @@ TEXT: dict[str, dict[str, str]] = {
            "chat_tab": "问答", "advisor_tab": "选型顾问", "question": "你的问题",
            "placeholder": "例如：PyTorch 和 TensorFlow 哪个更适合做研究？", "send": "发送", "new": "新对话",
            "up": "▲ 有帮助", "down": "▼ 没帮助", "sources": "### 来源", "chatbot": "对话", "examples": "示例问题",
-           "retrieving": "检索中…", "generating": "生成中…", "checking": "核对引用中…", "ready": "就绪。",
+           "retrieving": "检索中…", "waiting_previous": "等上一个回答停下后再回答这个问题…", "generating": "生成中…", "checking": "核对引用中…", "ready": "就绪。",
            "done": "完成 · 检索 {r:.0f} ms · 首字 {f:.0f} ms · 总计 {t:.1f} s",
            "no_sources": "没有检索到相关来源。", "loading": "助手正在加载模型，请稍后重试。",
            "error": "出错了：{m}", "internal": "服务器内部错误，请稍后重试。",
@@ -51,6 +51,7 @@ TEXT: dict[str, dict[str, str]] = {
            "placeholder": "e.g. Which framework suits research, PyTorch or TensorFlow?", "send": "Send",
            "new": "New chat", "up": "▲ Helpful", "down": "▼ Not helpful", "sources": "### Sources",
            "chatbot": "Conversation", "examples": "Example questions", "retrieving": "Retrieving…",
+           "waiting_previous": "Waiting for the previous answer to stop, then answering this one…",
            "generating": "Generating…", "checking": "Checking citations…", "ready": "Ready.",
            "done": "Done · retrieval {r:.0f} ms · first token {f:.0f} ms · total {t:.1f} s",
            "no_sources": "No relevant sources found.", "loading": "The assistant is still loading its model; "
@@ -124,6 +125,18 @@ def link_citations(text: str) -> str:
     parts = _CITE.split(text)  # text, n, text, n, ..., text
     return "".join(inert(p) if i % 2 == 0 else f'<a class="fa-cite" href="#src-{p}">[{p}]</a>'
                    for i, p in enumerate(parts))
+
+
+def messages_to_chat(session: dict[str, Any], lang: str) -> list[dict[str, str]]:
+    """A stored session as the chatbot's messages (as answers are rendered while streaming)."""
+    out = []
+    for m in session["messages"]:
+        if m["role"] == "user":
+            out.append({"role": "user", "content": inert(m["content"])})
+        else:
+            mark = TEXT[lang]["stopped_mark"] if m.get("stopped") else ""
+            out.append({"role": "assistant", "content": link_citations(m["content"]) + mark})
+    return out
 
 
 def provenance_html(c: Chunk, t: dict[str, str]) -> str:
@@ -240,15 +253,22 @@ class ChatHandlers:
             owner = self.owner(request)
             # the session exists before the answer starts: the stop button names it
             session_id = session_id or self.service.new_session(owner=owner, client=client or None)
-            yield history, "", t["retrieving"], session_id, "", ""
-            ticket = self.service.queue.reserve()
+            # a question sent while the session's answer is still being written or stopped waits for it (the
+            # service answers a session's questions in order); the chat is redrawn from the store once it is saved
+            waiting = self.service.answering(session_id)
+            yield history, "", t["waiting_previous" if waiting else "retrieving"], session_id, "", ""
+            ticket = self.service.admit()
             events = (self.service.regenerate_stream(session_id, question, ticket, owner=owner,
                                                      client=client or None) if replace else
                       self.service.ask_stream(question or "", session_id, None, ticket, owner=owner))
             for ev in events:
                 if ev.kind == "sources":
                     hits = ev.data
-                    ahead = self.service.queue.position(ticket)
+                    if waiting:
+                        stored = self.service.get_session(session_id, owner=owner, client=client or None)
+                        before = messages_to_chat(stored, lang) if stored else history[:-2]
+                        history = (before[:-2] if replace else before) + history[-2:]
+                    ahead = self.service.queue_position(ticket)
                     yield (history, sources_html(hits, lang), t["queued"].format(n=ahead) if ahead else
                            t["generating"], session_id, "", "")
                 elif ev.kind == "token":

@@ -68,6 +68,7 @@ class Result:
     citations: list[Citation]
     refused: bool = False
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    sources: list[Hit] | None = None  # the passages the answer lists, when the check decides them (else as shown)
 
 
 def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE, question: str = "") -> list[Hit]:

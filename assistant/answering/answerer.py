@@ -1,0 +1,150 @@
+"""From a question in a session to its answer's events: the one way every question is answered (ask, regenerate,
+edit; the CLI, the HTTP API, the OpenAI route, the UI, MCP, LangChain and the evaluator all come through here).
+
+Owns the order of the steps: the input check and the session, the per-session order (a question asked while the
+session's answer is still being written or stopped waits for it, so it is never lost and sees that turn), the
+follow-up rewrite from the stored conversation, the translation, one retrieval over one index generation, the
+refusal decision, the route to a fact or a selection answer, and the answer loop (answering/loop.py) that runs the
+chosen plan.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from .. import conversations, stopping
+from ..advisor import situation_from_turns
+from ..advisor.intent import is_selection_question
+from ..answer import pinned as pinning
+from ..answer import pipeline, selection
+from ..answer.policy import decide, rewrite_followup, strip_injection
+from ..answer.prompt import Source
+from ..embed import Embedder
+from ..errors import UserError
+from ..filters import Filters
+from ..genqueue import Ticket
+from ..lang import detect_language
+from ..retrieval import Retriever
+from ..sessions import unknown_session
+from ..settings import Settings
+from ..types import Answer, Chunk, Event, Hit
+from .choose import selection_plan
+from .fact import fact_plan
+from .loop import AnswerLoop, Parts, Plan
+
+log = logging.getLogger(__name__)
+
+
+class Service(Parts, Protocol):
+    """What answering needs of the service (assistant/service.py)."""
+
+    settings: Settings
+    active: stopping.ActiveAnswers
+    pipeline_config: pipeline.PipelineConfig
+
+    @property
+    def retriever(self) -> Retriever: ...
+    @property
+    def embedder(self) -> Embedder: ...
+    def translate(self, question: str) -> str | None: ...
+    def pinned_context(self, snap: Any = None) -> pinning.PinnedContext: ...
+    def evidence(self, question: str, hits: list[Hit], count_tokens: Any = None,
+                 pinned: pinning.PinnedContext = pinning.NONE) -> list[Source]: ...
+    def advise(self, scenario: Any) -> Any: ...
+    def passage(self, chunk_id: str) -> Chunk | None: ...
+    def check_text(self, text: Any, what: str) -> str: ...
+
+
+class Answerer:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.loop = AnswerLoop(service)
+
+    def stream(self, question: str | None, session_id: str | None, filters: Filters | Mapping[str, Any] | None,
+               ticket: Ticket | None, *, owner: str | None, client: str | None,
+               regenerate: bool = False) -> Iterator[Event]:
+        """The events of one answer (see AssistantService.ask_stream). `regenerate`: a new version of the session's
+        last turn, for `question` (an edited question) or, when None, the last question again."""
+        svc = self.service
+        t0 = time.perf_counter()
+        try:
+            if regenerate:
+                if session_id is None or not svc.sessions.exists(session_id, owner, client):
+                    raise unknown_session()
+                sid = svc.sessions.ensure(session_id, owner, None)
+            else:
+                question = svc.check_text(question, "question")
+                sid = svc.sessions.ensure(session_id, owner, client)
+            ticket = ticket or svc.queue.reserve()
+            with svc.active.track(sid, ticket, svc.queue, wait_s=svc.settings.queue_timeout_s or 600.0) as handle:
+                replace = None
+                if regenerate:
+                    replace = svc.sessions.last_turn(sid)  # after the session's earlier answer was saved
+                    if replace is None:
+                        raise conversations.nothing_to_regenerate()
+                    question = svc.check_text(replace["question"] if question is None else question, "question")
+                assert question is not None
+                plan = self._plan(question, sid, filters, t0, replace)
+                yield from self.loop.run(plan, ticket, handle, t0, replace)
+        finally:
+            if ticket is not None:
+                svc.queue.cancel(ticket)  # no-op once the turn was used
+
+    def _plan(self, question: str, sid: str, filters: Filters | Mapping[str, Any] | None, t0: float,
+              replace: dict[str, Any] | None) -> Plan:
+        svc, settings = self.service, self.service.settings
+        lang = detect_language(question)
+        history = svc.sessions.history(sid, settings.history_token_budget)
+        config = svc.pipeline_config
+        if replace is not None:  # a new version of the last turn: the conversation before it, sampled hotter
+            history = history[:-2]
+            config = dataclasses.replace(config, temperature=conversations.regen_temperature(
+                config.temperature, len(conversations.versions(replace))))
+        standalone = rewrite_followup(strip_injection(question) or question, history)
+        t_translate = time.perf_counter()
+        translation = svc.translate(standalone)
+        translate_ms = (time.perf_counter() - t_translate) * 1000
+        retriever = svc.retriever  # one index generation for the whole answer
+        hits = retriever.search(standalone, k=settings.top_k, filters=Filters.parse(filters), translation=translation)
+        retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
+        pinned = svc.pinned_context(retriever.snap)
+        near = retriever.similarities(standalone, pinned.chunks, translation)  # each pinned passage's closeness
+        decision = decide(standalone, hits, known=retriever.knows, choosing=is_selection_question(standalone),
+                          pinned_dense=max(near, default=0.0))
+        user_turns = [m["content"] for m in history if m["role"] == "user"]
+        user_text = "\n".join([*user_turns, question])
+        answer = Answer(answer="", citations=[], refused=False, language=lang, session_id=sid, question=question,
+                        standalone_question=standalone)
+        plan: Plan | None = None
+        if not decision.refuse and selection.is_selection(standalone, user_turns, lang, asked=question):
+            sel = self._selection(question, standalone, user_turns, lang)
+            if sel is not None:
+                plan = selection_plan(answer, sel, config, svc.embedder, user_text)
+        if plan is None:
+            sources = [] if decision.refuse else svc.evidence(standalone, hits, pinned=pinned)
+            focus = pipeline.focus(near, settings.pinned_focus, sources)
+            plan = fact_plan(answer, decision, hits, sources, pinned, focus, config, svc.embedder, user_text)
+            if settings.translate_queries:
+                plan.timings["translate_ms"] = round(translate_ms, 1)
+                plan.diagnostics["translation"] = translation
+        plan.timings["retrieval_ms"] = round(retrieval_ms, 1)
+        plan.base_temperature = svc.pipeline_config.temperature
+        return plan
+
+    def _selection(self, question: str, standalone: str, user_turns: list[str],
+                   lang: str) -> selection.SelectionPlan | None:
+        """The Advisor's ranking for the situation of the conversation so far, as a selection answer's parts; None
+        when the Advisor cannot rank (the fact path answers then)."""
+        sc = situation_from_turns([*user_turns, question])
+        sc.lang = lang
+        svc = self.service
+        try:
+            advice = svc.advise(sc).to_dict()
+        except (UserError, ValueError, KeyError, IndexError) as exc:  # e.g. no rubric fact resolves in this index
+            log.warning("selection question answered on the fact path: the Advisor failed (%s)", exc)
+            return None
+        sel = selection.plan(advice, svc.passage, lang, restrict=selection.compared_candidates(standalone))
+        return sel if sel.sources else None
