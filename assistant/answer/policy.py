@@ -159,7 +159,11 @@ def _chinese_names(text: str) -> list[str]:
     from ..text import _jieba
 
     _jieba()  # the project's words (飞桨, 张量并行 ...) first
-    return [w for w, flag in pseg.lcut(text) if flag in _PROPER and len(w) >= 2 and has_cjk(w)]
+    words = [(w, flag) for w, flag in pseg.lcut(text) if w.strip()]
+    # the noun an interrogative pronoun governs is what is asked for, not a name: "切分了哪些东西" (东西 is tagged a
+    # place name)
+    return [w for i, (w, flag) in enumerate(words) if flag in _PROPER and len(w) >= 2 and has_cjk(w)
+            and not (i and words[i - 1][1] == "r")]
 
 
 def _domain_word(term: str) -> bool:

@@ -106,3 +106,15 @@ def build_messages(question: str, sources: list[Source], lang: str,
         msgs.append({"role": m["role"], "content": defuse_fences(m["content"][:600])})
     msgs.append({"role": "user", "content": "\n\n".join(parts)})
     return msgs
+
+
+REWRITE_IN = {"zh": "把下面这段回答翻译成简体中文。保留每个 [n] 标记和代码、命令、名称原样，不要增加内容，只输出译文。",
+              "en": "Translate the answer below into English. Keep every [n] marker and code, commands and names as "
+                    "they are, add nothing, and output only the translation."}
+
+
+def rewrite_messages(draft: str, lang: str) -> list[dict[str, str]]:
+    """The prompt that puts an answer written in the other language into `lang` (the answer loop's language rule):
+    the small models copy the language of their evidence, and asking again with the same prompt copies it again."""
+    return [{"role": "system", "content": "You translate technical answers faithfully."},
+            {"role": "user", "content": f"{REWRITE_IN[lang]}\n\n<answer>\n{defuse_fences(draft)}\n</answer>"}]

@@ -5,7 +5,7 @@ model's text becomes the answer.
 Owns what every answer shares: the "sources" event, the lead streamed before the model, the turn in the generation
 queue, stopping (`cancel`) and a consumer that closes the stream (what was written is checked and kept), the
 "status" event before the check, the language rule (an answer written in the other language than the question's is
-written once more, at the base temperature, before the check), the timings, and saving the turn (a new turn, or a
+put into the question's language by the model before the check), the timings, and saving the turn (a new turn, or a
 new version of the last one). What a plan computes lives in answering/fact.py and answering/choose.py.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from .. import conversations, stopping
 from ..answer import pipeline
 from ..answer.pipeline import Generation, PipelineConfig, Result
+from ..answer.prompt import rewrite_messages
 from ..genqueue import Cancelled, GenerationQueue, Ticket
 from ..lang import off_language
 from ..llm.base import ChatModel, Message
@@ -117,7 +118,7 @@ class AnswerLoop:
         and stoppable: a stop before the turn gives an empty Generation, a stop during it what was written (either
         way `answer.stopped`); a consumer that closes the stream gets `keep_written(what was written)` called, with
         `answer.stopped` set, before the close goes on (the model's stream is closed with it). A finished draft in
-        the other language than the question's is written once more in the same turn, at the base temperature."""
+        the other language than the question's is put into its language in the same turn."""
         answer, queue = plan.answer, self.parts.queue
         written: list[str] = []
         try:
@@ -143,20 +144,22 @@ class AnswerLoop:
 
     def _rewrite_in_language(self, llm: ChatModel, plan: Plan, handle: stopping.StopHandle,
                              first: Generation) -> Generation:
-        """The draft once more, not streamed, at the base temperature (a regenerated turn samples hotter, and the
-        small model then drifts into the language of its evidence); the first draft stays when the second is no
-        better or a stop came."""
+        """The draft put into the question's language by the model, not streamed, at the base temperature (the
+        small models copy the language of their evidence; asked again the same way, they copy it again); the first
+        draft stays when the rewrite is no better or a stop came. The citation check then runs on the rewrite."""
         config = dataclasses.replace(plan.config, temperature=min(plan.config.temperature, plan.base_temperature))
         pieces: list[str] = []
-        for piece in llm.stream(plan.messages or [], max_tokens=config.max_answer_tokens,
+        for piece in llm.stream(rewrite_messages(first.text, plan.answer.language),
+                                max_tokens=config.max_answer_tokens + config.max_answer_tokens // 2,
                                 temperature=config.temperature):
             if handle.asked:
                 return first
             pieces.append(piece)
-        text = "".join(pieces)
-        plan.diagnostics["language_retry"] = {"first_draft": first.text, "kept": "second"}
-        if off_language(text, plan.answer.language):
-            plan.diagnostics["language_retry"]["kept"] = "first"
+        text = "".join(pieces).strip()
+        retry = {"first_draft": first.text, "kept": "rewrite"}
+        plan.diagnostics["language_rewrite"] = retry
+        if not text or off_language(text, plan.answer.language):
+            retry["kept"] = "first"
             return first
         usage = llm.last_usage
         return Generation(text, first.ttft_s, first.prompt_tokens + usage.prompt_tokens,
