@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import conversations, stopping
-from .advisor.intent import is_selection_question
+from . import conversations, lexicon, stopping
+from . import route as router
 from .answer import pinned as pinning
 from .answer import pipeline, selection
 from .answer.citations import CitationChecker
-from .answer.policy import decide, rewrite_followup, strip_injection
+from .answer.policy import strip_injection
 from .answer.prompt import SYSTEM_PROMPT, Source, build_messages
 from .documents import DocumentLibrary, Job
 from .embed import Embedder, embedder_for
@@ -32,6 +32,7 @@ from .filters import Filters
 from .genqueue import Cancelled, GenerationQueue, Ticket
 from .index.identity import EmbedderStatus, compare
 from .index.location import IndexLocation, open_index
+from .kinds import KindClassifier, classifier_for
 from .lang import detect_language
 from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
@@ -290,7 +291,9 @@ class AssistantService:
         if replace is not None:
             config = dataclasses.replace(config, temperature=conversations.regen_temperature(
                 config.temperature, len(conversations.versions(replace))))
-        standalone = rewrite_followup(strip_injection(question) or question, history)
+        user_turns = [m["content"] for m in history if m["role"] == "user"]
+        previous = self._previous_turn(sid, replace) if history else None
+        standalone = router.standalone_question(strip_injection(question) or question, previous, user_turns)
         t_translate = time.perf_counter()
         translation = self.translate(standalone)
         translate_ms = (time.perf_counter() - t_translate) * 1000
@@ -300,17 +303,19 @@ class AssistantService:
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
         pinned = self.pinned_context(retriever.snap)
         near = retriever.similarities(standalone, pinned.chunks, translation)  # each pinned passage's closeness
-        decision = decide(standalone, hits, known=retriever.knows, choosing=is_selection_question(standalone),
-                          pinned_dense=max(near, default=0.0))
-        user_turns = [m["content"] for m in history if m["role"] == "user"]
-        if not decision.refuse and selection.is_selection(standalone, user_turns, lang, asked=question):
-            plan = self._selection_plan(question, standalone, user_turns, lang)
+        route = router.route(strip_injection(question) or question, standalone, lang, hits, previous=previous,
+                             user_turns=user_turns, vector=self._route_vector(retriever, standalone, translation),
+                             classifier=self.kind_classifier(), known=retriever.knows,
+                             pinned_dense=max(near, default=0.0))
+        decision = route.decision
+        if route.selection:
+            plan = self._selection_plan(route)
             if plan is not None:
                 yield from self._selection_events(plan, question, standalone, user_turns, sid, ticket, t0, retrieval_ms,
-                                                  handle, replace, config)
+                                                  handle, replace, config, route)
                 return
         pinned = pinning.NONE if decision.refuse else pinned
-        sources = [] if decision.refuse else self.evidence(standalone, hits, pinned=pinned)
+        sources = [] if decision.refuse else self.evidence(standalone, hits, pinned=pinned, several=route.several)
         focus = pipeline.focus(near, self.settings.pinned_focus, sources)
         shown = pipeline.pinned_shown(hits, pinned, focus) + sources  # the pinned passages ranked or named, the rest
         yield Event("sources", [s.hit for s in shown])
@@ -329,9 +334,10 @@ class AssistantService:
                 if written:
                     kept = stopping.check_stopped(written, checked_sources, config, self.embedder)
                     answer.answer, answer.citations, answer.diagnostics = kept.text, kept.citations, kept.diagnostics
-                    self._remember(answer, decision.reason, replace)
+                    self._remember(answer, decision.reason, replace, route)
 
-            messages = build_messages(standalone, sources, lang, system=pinned.system, focus=focus)
+            messages = build_messages(standalone, sources, lang, system=pinned.system, focus=focus,
+                                      selection=route.selection, several=route.several)
             gen = yield from self._generate(messages, config, ticket, handle, t0, answer, keep_written)
             draft = gen.text
             try:
@@ -356,11 +362,37 @@ class AssistantService:
         if self.settings.translate_queries:
             answer.timings["translate_ms"] = round(translate_ms, 1)
             answer.diagnostics["translation"] = translation
-        self._remember(answer, decision.reason, replace)
+        self._remember(answer, decision.reason, replace, route)
         if left:
             return
         yield Event("citations", answer.citations)
         yield Event("done", answer)
+
+    def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:
+        """The turn before this question, as the session store kept it (its question and `extra`); for a new
+        version of the last turn, the one before that."""
+        messages = (self.sessions.get(sid) or {}).get("messages", [])
+        if replace is not None:
+            messages = messages[:-2]
+        if len(messages) < 2 or messages[-1]["role"] != "assistant" or messages[-2]["role"] != "user":
+            return None
+        return router.Turn.from_message(messages[-2]["content"], messages[-1])
+
+    def kind_classifier(self) -> KindClassifier | None:
+        """The router's classifier for the live embedder (trained at first use, cached in the state folder)."""
+        try:
+            return classifier_for(self.embedder, self.settings.state_dir / "route")
+        except Exception as exc:  # an embedder that cannot load: the router decides by wording
+            log.warning("no route classifier (%s)", exc)
+            return None
+
+    @staticmethod
+    def _route_vector(retriever: Retriever, standalone: str, translation: str | None) -> Any:
+        try:
+            return retriever.query_vector(standalone, translation)
+        except Exception as exc:  # the embedder failed after search (a remote one went away): decide by wording
+            log.warning("no query vector for the router (%s)", exc)
+            return None
 
     def _generate(self, messages: list[dict[str, str]], config: pipeline.PipelineConfig, ticket: Ticket,
                   handle: stopping.StopHandle, t0: float, answer: Answer, keep_written: Callable[[str], None],
@@ -388,25 +420,23 @@ class AssistantService:
         answer.stopped = handle.asked
         return gen
 
-    def _selection_plan(self, question: str, standalone: str, user_turns: list[str],
-                        lang: str) -> selection.SelectionPlan | None:
-        """The Advisor's ranking for the situation of the conversation so far, as a selection answer's parts; None
-        when the Advisor cannot rank (the fact path answers then)."""
-        from .advisor import situation_from_turns
-
-        sc = situation_from_turns([*user_turns, question])
-        sc.lang = lang
+    def _selection_plan(self, route: router.Route) -> selection.SelectionPlan | None:
+        """The Advisor's ranking for the situation of the conversation so far (the Route's), as a selection answer's
+        parts, restricted to the candidates the question compares; None when the Advisor cannot rank (the fact path
+        answers then)."""
+        lang = route.situation.lang
         try:
-            advice = self.advise(sc).to_dict()
+            advice = self.advise(route.situation.replace()).to_dict()
         except (UserError, ValueError, KeyError, IndexError) as exc:  # e.g. no rubric fact resolves in this index
             log.warning("selection question answered on the fact path: the Advisor failed (%s)", exc)
             return None
-        plan = selection.plan(advice, self.passage, lang, restrict=selection.compared_candidates(standalone))
+        plan = selection.plan(advice, self.passage, lang, restrict=list(route.compared))
         return plan if plan.sources else None
 
     def _selection_events(self, plan: selection.SelectionPlan, question: str, standalone: str, user_turns: list[str],
                           sid: str, ticket: Ticket, t0: float, retrieval_ms: float, handle: stopping.StopHandle,
-                          replace: dict[str, Any] | None, config: pipeline.PipelineConfig) -> Iterator[Event]:
+                          replace: dict[str, Any] | None, config: pipeline.PipelineConfig,
+                          route: router.Route) -> Iterator[Event]:
         """A selection answer: the situation and the recommendation stream at once (they come from the Advisor),
         then the model phrases the deciding reasons from the ranking's cited facts, checked like every answer."""
         lang = plan.lang
@@ -427,7 +457,7 @@ class AssistantService:
                 kept = selection.finish(plan, written, checker, user_text, stopped=True)
                 answer.answer, answer.citations, answer.sources = kept.text, kept.citations, kept.sources
                 answer.diagnostics = kept.diagnostics
-                self._remember(answer, "selection", replace)
+                self._remember(answer, "selection", replace, route, plan.recommended)
 
             gen = yield from self._generate(selection.messages(plan, standalone), config, ticket, handle, t0, answer,
                                             keep_written, lead=" ")
@@ -449,7 +479,7 @@ class AssistantService:
                                    draft=plan.lead + " " + raw, final=result.text)
         answer.timings = {"retrieval_ms": round(retrieval_ms, 1), "ttft_ms": round(ttft_ms, 1),
                           "model_ttft_ms": round(model_ttft_ms, 1), "total_ms": round((time.perf_counter() - t0) * 1000, 1)}
-        self._remember(answer, "selection", replace)
+        self._remember(answer, "selection", replace, route, plan.recommended)
         if left:
             return
         yield Event("citations", answer.citations)
@@ -529,12 +559,13 @@ class AssistantService:
                 log.warning("could not compute the new pinned prefix ahead of time", exc_info=True)
 
     def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None,
-                 pinned: pinning.PinnedContext = pinning.NONE) -> list[Source]:
+                 pinned: pinning.PinnedContext = pinning.NONE, several: bool | None = None) -> list[Source]:
         """The evidence an answer's prompt carries for these hits (the settings' budget and floor), after the pinned
         context when one is given; benchmarks that run their own model pass its `count_tokens` so the service's
-        model is not loaded."""
+        model is not loaded. `several`: the Route's (default: the router's reading of `question`)."""
+        several = lexicon.asks_for_several(question) if several is None else several
         return pipeline.evidence(question, hits, self.pipeline_config, count_tokens or self.llm.count_tokens,
-                                 self.embedder, pinned)
+                                 self.embedder, pinned, several)
 
     def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None,
                         pinned: pinning.PinnedContext | None = None) -> list[dict[str, str]]:
@@ -544,13 +575,18 @@ class AssistantService:
         translation = self.translate(question)
         hits = self.retriever.search(question, k=self.settings.top_k, translation=translation)
         near = self.retriever.similarities(question, pinned.chunks, translation)
-        sources = self.evidence(question, hits, count_tokens, pinned)
+        several = lexicon.asks_for_several(question)
+        sources = self.evidence(question, hits, count_tokens, pinned, several)
         focus = pipeline.focus(near, self.settings.pinned_focus, sources)
-        return build_messages(question, sources, detect_language(question), system=pinned.system, focus=focus)
+        return build_messages(question, sources, detect_language(question), system=pinned.system, focus=focus,
+                              several=several)
 
-    def _remember(self, answer: Answer, reason: str, replace: dict[str, Any] | None = None) -> None:
+    def _remember(self, answer: Answer, reason: str, replace: dict[str, Any] | None = None,
+                  route: router.Route | None = None, recommended: list[str] | None = None) -> None:
         extra: dict[str, Any] = {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused, "reason": reason,
                  "standalone_question": answer.standalone_question, "stopped": answer.stopped}
+        if route is not None:  # what the next turn's router reads (route.Turn)
+            extra["route"] = router.remembered(route, recommended)
         if replace is None:
             answer.message_id = self.sessions.add_turn(answer.session_id, answer.question, answer.answer, extra)
             return
