@@ -1,6 +1,7 @@
-"""The wording patterns the product still reads in a question, in one place, each named with the dev case it came
-from (a question of eval/'s dev sets, listed in assistant/route_phrasings.jsonl; tests/test_route.py checks that each
-pattern matches its case).
+"""The wording patterns the product still reads, in one place, each named with the dev case it came from: in a
+question, a question of eval/'s dev sets (listed in assistant/route_phrasings.jsonl); in an answer's sentence, the dev
+answer or hand check it was found in, with that sentence (`example`). tests/test_route.py checks that each pattern
+matches its case.
 
 What kind a question is (a fact, a selection) is decided by the router (assistant/route.py) from a classifier over
 the embedder's vectors; these patterns only settle the cases it is unsure of, stand in for it when no embedder is
@@ -15,11 +16,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Wording:
-    """A named pattern, searched in the question's lower-cased text; `case` is the dev case it came from."""
+    """A named pattern, searched in lower-cased text; `case` is the dev case it came from (`example`: the answer
+    sentence, for a pattern read in answers)."""
 
     name: str
     pattern: str
     case: str
+    example: str = ""
 
     def search(self, text: str) -> bool:
         return self.compiled.search(text.lower()) is not None
@@ -94,8 +97,22 @@ PRONOUN_ZH = Wording("pronoun_zh", r"它们|它的|它|其|该框架|这个框�
 PRONOUN_EN = Wording("pronoun_en", r"\b(it|its|it's|they|their|them|this framework|that framework|this one|that one|"
                      r"the latter|the former|both)\b", "selfu-en-01#1")
 
+# ---- read in an answer's sentences (answer/citations.py) --------------------------------------------------------
+# a claim about what "the article" says, including "based on the article's criteria" (the prompt names them, but a
+# reader who opens a note's [n] finds no criteria of the article there)
+ARTICLE_CLAIM = Wording("article_claim", r"文章|文中|原文|\b(?:the|this) article\b",
+                        "eval/handcheck/support-2026-11-30-s4.json",
+                        "Based on the article's criteria, we should choose TensorFlow.")
+# a sentence about the user's own situation: the question's words, not a passage's claim
+USER_SITUATION = Wording("user_situation", (
+    r"^(?:(?:the|your|our) (?:project|team|hardware|stage|budget|situation|use case|requirements?)(?: stage)?\b.{0,40}?"
+    r"\b(?:is|are|has|have|was|includes?|consists?)\b|you (?:are|have) (?:a|an|only|limited|already|\d)|the user\b|"
+    r"(?:你们|您|你)的?(?:团队|项目|公司|硬件|需求|情况)(?:是|有|在|正在|目前|只有|主要|处于)|(?:你们|您)(?:目前|正在|只有|主要|处于)|"
+    r"(?:项目阶段|硬件环境|团队规模|你的情况|您的情况|用户的?情况)(?:是|为|处于|仅|只有))"),
+    "sel-en-02 (the model's answer)", "The project stage is early, and the hardware is limited to 64 GPUs.")
+
 ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, COMPARE, PASSIVE, WITHIN, WHAT_TO_USE, SEVERAL, ARTICLE,
-       PRONOUN_ZH, PRONOUN_EN)
+       PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION)
 
 
 def asks_for_several(question: str) -> bool:

@@ -10,6 +10,7 @@ from assistant import kinds, lexicon
 from assistant.answer.pipeline import PipelineConfig, bare_name, check
 from assistant.answer.prompt import Source
 from assistant.embed import create_embedder
+from assistant.frameworks import find_frameworks
 from assistant.route import FACT, SELECTION, Turn, kind_of, standalone_question
 from assistant.types import Chunk, Hit
 
@@ -23,8 +24,9 @@ def test_every_pattern_matches_the_dev_case_it_came_from():
     by_case = {r["case"]: r["text"] for r in kinds.load_phrasings()}
     assert len({w.name for w in lexicon.ALL}) == len(lexicon.ALL)
     for w in lexicon.ALL:
-        assert w.case in by_case, (w.name, w.case)
-        assert w.search(by_case[w.case]), (w.name, by_case[w.case])
+        text = w.example or by_case.get(w.case, "")  # a pattern read in answers carries the sentence it was found in
+        assert text, (w.name, w.case)
+        assert w.search(text), (w.name, text)
 
 
 def test_the_classifier_generalises_to_dev_phrasings_it_was_not_trained_on(embedder):
@@ -103,3 +105,18 @@ def test_a_bare_framework_name_is_never_a_fact_answer(embedder):
     result = check("PyTorch。", "训练用什么框架？", [src], config, embedder, "zh")
     assert result.diagnostics.get("bare_name") == "PyTorch。"
     assert result.text != "PyTorch。" and (result.refused or result.citations)  # a cited quote, or a refusal
+
+
+def test_the_service_stores_the_route_the_next_turn_reads(scripted_service):
+    svc = scripted_service()
+    try:
+        first = svc.ask("TensorFlow 的计算图是怎么管理的？")
+        assert svc.sessions.get(first.session_id)["messages"][-1]["route"] == {"kind": FACT, "recommended": []}
+        follow = svc.ask("它的分布式 API 叫什么？", session_id=first.session_id)
+        assert follow.standalone_question == "TensorFlow的分布式 API 叫什么？"
+        chose = svc.ask("Which framework is best for TPU training?")
+        stored = svc.sessions.get(chose.session_id)["messages"][-1]["route"]
+        named = find_frameworks(" ".join(chose.diagnostics["selection"]["recommended"]))
+        assert stored["kind"] == SELECTION and stored["recommended"] == named and named
+    finally:
+        svc.close()
