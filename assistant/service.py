@@ -170,6 +170,7 @@ class AssistantService:
             # one search loads jieba's dictionary and the embedder's graph, which otherwise cost the first
             # user ~2.5 s before the sources appear
             self.retriever.search("ZeRO 分布式训练 warm-up", k=1)
+            self.kind_classifier()  # the router's classifier: trained once per embedder (cached), not on a question
             log.info("index and embedder loaded in %.1f s", time.perf_counter() - started)
         finally:
             index_open.set()
