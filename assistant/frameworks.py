@@ -115,12 +115,3 @@ def _term_in(term: str, low: str) -> bool:
     if has_cjk(term):
         return term in low
     return re.search(r"(?<![a-z0-9])" + re.escape(term) + r"(?![a-z0-9])", low) is not None
-
-
-
-
-def is_comparison(text: str) -> bool:
-    """A question that weighs two or more frameworks against each other."""
-    # Two named frameworks in one question are weighed against each other whether or not it says "vs".
-    return len(find_frameworks(text)) >= 2
-

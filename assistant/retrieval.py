@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,15 +25,9 @@ from .index.builder import keyword_text
 from .index.snapshot import IndexSnapshot
 from .index.store import where_clause
 from .lang import detect_language
+from .lexicon import refers_to_article
 from .text import tokenize
 from .types import Chunk, Hit
-
-_ARTICLE_HINT = re.compile(r"文章|文中|这篇|原文|the article|this article|the guide", re.IGNORECASE)
-
-
-def refers_to_article(text: str) -> bool:
-    """The question points at the reference article itself ("文章里……", "according to the article")."""
-    return _ARTICLE_HINT.search(text) is not None
 
 
 @dataclass
@@ -123,6 +116,10 @@ class Retriever:
             sims = np.max(np.stack([vecs @ v for v in self._query_vectors(query, translation)]), axis=0)
         it = iter(sims.tolist())
         return [next(it) if r is not None else 0.0 for r in rows]
+
+    def query_vector(self, query: str, translation: str | None = None) -> np.ndarray:
+        """The query's own embedding, as search embedded it (the router's classifier reads it: not embedded twice)."""
+        return self._query_vectors(query, translation)[0]
 
     def knows(self, term: str) -> bool:
         """Whether the indexed documents have every search token of `term` somewhere (the refusal policy asks: a

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from . import conversations, stopping
+from . import conversations, lexicon, stopping
 from .answer import pinned as pinning
 from .answer import pipeline
 from .answer.prompt import Source, build_messages
@@ -27,6 +27,7 @@ from .filters import Filters
 from .genqueue import GenerationQueue, Ticket
 from .index.identity import EmbedderStatus, compare
 from .index.location import IndexLocation, open_index
+from .kinds import KindClassifier, classifier_for
 from .lang import detect_language
 from .llm.base import ChatModel
 from .retrieval import RetrievalParams, Retriever
@@ -166,6 +167,7 @@ class AssistantService:
             # one search loads jieba's dictionary and the embedder's graph, which otherwise cost the first
             # user ~2.5 s before the sources appear
             self.retriever.search("ZeRO 分布式训练 warm-up", k=1)
+            self.kind_classifier()  # the router's classifier: trained once per embedder (cached), not on a question
             log.info("index and embedder loaded in %.1f s", time.perf_counter() - started)
         finally:
             index_open.set()
@@ -262,6 +264,14 @@ class AssistantService:
         hits = retriever.search(query, k=k, filters=Filters.parse(filters), translation=translation)
         return hits, retriever.explain(query, hits, translation)
 
+    def kind_classifier(self) -> KindClassifier | None:
+        """The router's classifier for the live embedder (trained at first use, cached in the state folder)."""
+        try:
+            return classifier_for(self.embedder, self.settings.state_dir / "route")
+        except Exception as exc:  # an embedder that cannot load: the router decides by wording
+            log.warning("no route classifier (%s)", exc)
+            return None
+
     def passage(self, chunk_id: str) -> Chunk | None:
         return self.retriever.snap.by_id.get(chunk_id)
 
@@ -323,12 +333,13 @@ class AssistantService:
                 log.warning("could not compute the new pinned prefix ahead of time", exc_info=True)
 
     def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None,
-                 pinned: pinning.PinnedContext = pinning.NONE) -> list[Source]:
+                 pinned: pinning.PinnedContext = pinning.NONE, several: bool | None = None) -> list[Source]:
         """The evidence an answer's prompt carries for these hits (the settings' budget and floor), after the pinned
         context when one is given; benchmarks that run their own model pass its `count_tokens` so the service's
-        model is not loaded."""
+        model is not loaded. `several`: the Route's (default: the router's reading of `question`)."""
+        several = lexicon.asks_for_several(question) if several is None else several
         return pipeline.evidence(question, hits, self.pipeline_config, count_tokens or self.llm.count_tokens,
-                                 self.embedder, pinned)
+                                 self.embedder, pinned, several)
 
     def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None,
                         pinned: pinning.PinnedContext | None = None) -> list[dict[str, str]]:
@@ -338,9 +349,11 @@ class AssistantService:
         translation = self.translate(question)
         hits = self.retriever.search(question, k=self.settings.top_k, translation=translation)
         near = self.retriever.similarities(question, pinned.chunks, translation)
-        sources = self.evidence(question, hits, count_tokens, pinned)
+        several = lexicon.asks_for_several(question)
+        sources = self.evidence(question, hits, count_tokens, pinned, several)
         focus = pipeline.focus(near, self.settings.pinned_focus, sources)
-        return build_messages(question, sources, detect_language(question), system=pinned.system, focus=focus)
+        return build_messages(question, sources, detect_language(question), system=pinned.system, focus=focus,
+                              several=several)
 
     # ---- sessions and feedback ----------------------------------------------------------------
     # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404.

@@ -4,7 +4,7 @@
 
 For each configuration FLOOR:BUDGET[:SEVERAL] (assistant/answer/evidence.py: sentences scoring under FLOOR x the
 best one stay out; BUDGET tokens of evidence at most; SEVERAL tokens and every retrieved passage for a question
-that asks for a list or a comparison, prompt.asks_for_several, with its hint in the prompt) it builds the product's prompt for every answerable question of
+that asks for a list or a comparison, lexicon.asks_for_several, the Route's `several`, with its hint in the prompt) it builds the product's prompt for every answerable question of
 bench/data/speed.jsonl, eval/gold_fact.jsonl and eval/gold_recommend.jsonl and prints the user message's
 tokens (the part of the prompt not in the KV cache: what the first token waits for), p50 over all questions and
 over the 20 speed-benchmark questions, and "facts in evidence": the share of each question's expected key facts
@@ -26,8 +26,9 @@ sys.path.insert(0, str(REPO))
 
 from assistant.answer.pipeline import evidence  # noqa: E402
 from assistant.answer.policy import decide  # noqa: E402
-from assistant.answer.prompt import SEVERAL_HINT, asks_for_several, build_messages  # noqa: E402
+from assistant.answer.prompt import SEVERAL_HINT, build_messages  # noqa: E402
 from assistant.lang import detect_language  # noqa: E402
+from assistant.lexicon import asks_for_several  # noqa: E402
 from assistant.service import AssistantService  # noqa: E402
 from assistant.settings import load_settings  # noqa: E402
 
@@ -61,18 +62,19 @@ def main() -> int:
         config = dataclasses.replace(svc.pipeline_config, context_token_budget=budget, evidence_floor=floor,
                                      several_token_budget=several)
         for q, hits in cases:
-            src = evidence(q["question"], hits, config, count, svc.embedder)
+            many = asks_for_several(q["question"])
+            src = evidence(q["question"], hits, config, count, svc.embedder, several=many)
             text = " ".join(s.text for s in src).lower()
             facts = q.get("answer_facts") or []
             share = sum(any(a.lower() in text for a in f.split("|")) for f in facts) / len(facts) if facts else None
-            user = build_messages(q["question"], src, detect_language(q["question"]))[-1]["content"]
+            user = build_messages(q["question"], src, detect_language(q["question"]), several=many)[-1]["content"]
             if not several:  # the baseline prompt has no hint
                 user = user.replace("\n\n" + SEVERAL_HINT[detect_language(q["question"])], "")
             n = count(user)
             toks.append(n)
             if share is not None:
                 present.append(share)
-            if asks_for_several(q["question"]):
+            if many:
                 toks_several.append(n)
                 if share is not None:
                     present_several.append(share)

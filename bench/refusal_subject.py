@@ -9,7 +9,8 @@ with pinned context on (the default); --no-pinned decides on the retrieved passa
 --known gives the decision the index's vocabulary (Retriever.knows: a name the documents hold anywhere is not a
 missing subject). --list prints the questions whose decision the subject check changed: do not use it on the blind
 split (eval/test/), which is run only to report a figure.
-The question of a multi-turn case is its last turn, rewritten as the service rewrites follow-ups.
+The question of a multi-turn case is its last turn, rewritten as the router rewrites follow-ups (from the earlier
+user turns; no stored turn here), its kind by the router's wording rules (no classifier).
 """
 from __future__ import annotations
 
@@ -23,19 +24,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from assistant.advisor.intent import is_selection_question  # noqa: E402
 from assistant.answer import pinned as pinning  # noqa: E402
-from assistant.answer.policy import RefusalThresholds, decide, rewrite_followup, strip_injection  # noqa: E402
+from assistant.answer.policy import RefusalThresholds, decide, strip_injection  # noqa: E402
 from assistant.embed import create_embedder  # noqa: E402
 from assistant.index.snapshot import IndexSnapshot  # noqa: E402
+from assistant.lang import detect_language  # noqa: E402
 from assistant.retrieval import Retriever  # noqa: E402
+from assistant.route import SELECTION, kind_of, standalone_question  # noqa: E402
 
 
 def question_of(row: dict) -> str:
     turns = row.get("turns") or [row["question"]]
-    history = [m for t in turns[:-1] for m in ({"role": "user", "content": t}, {"role": "assistant", "content": ""})]
     q = strip_injection(turns[-1]) or turns[-1]
-    return rewrite_followup(q, history) if history else q
+    return standalone_question(q, None, list(turns[:-1]))
 
 
 def main() -> int:
@@ -62,7 +63,7 @@ def main() -> int:
             hits = retriever.search(q, k=args.k)
             t = time.perf_counter()
             close = max(retriever.similarities(q, pinned.chunks), default=0.0)
-            d = decide(q, hits, known=known, choosing=is_selection_question(q), pinned_dense=close)
+            d = decide(q, hits, known=known, choosing=kind_of(q, q, detect_language(q))[0] == SELECTION, pinned_dense=close)
             ms.append((time.perf_counter() - t) * 1000)
             base = decide(q, hits, RefusalThresholds(subject_check=False), pinned_dense=close)
             refused += d.refuse

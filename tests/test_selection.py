@@ -11,14 +11,9 @@ import re
 import pytest
 
 from assistant.answer.citations import restates_user
-from assistant.answer.selection import (
-    SelectionPlan,
-    compared_candidates,
-    faithful_reasons,
-    is_selection,
-    recommended_in,
-)
+from assistant.answer.selection import SelectionPlan, faithful_reasons
 from assistant.evaluate.metrics import first_claim, recommended_candidate, selection_lead
+from assistant.route import compared_candidates
 
 ISSUE_QUESTIONS = [
     ("How do I train a 70B model on 64 GPUs, which stack should I use?",
@@ -54,7 +49,9 @@ def test_issue_questions_with_the_real_model(service, question, accepted):
 
 def test_follow_up_is_about_the_recommendation(service):
     first = service.ask("Which framework is best for TPU training?")
-    assert recommended_in(first.answer) == ["JAX"]
+    assert first.diagnostics["selection"]["recommended"] == ["JAX"]
+    stored = service.sessions.get(first.session_id)["messages"][-1]
+    assert stored["route"] == {"kind": "selection", "recommended": ["JAX"]}  # what the next turn's router reads
     follow = service.ask("And what about its distributed training API?", session_id=first.session_id)
     print("\n" + follow.standalone_question, "\n" + follow.answer)
     assert "JAX" in follow.standalone_question
@@ -114,27 +111,8 @@ def test_comparison_is_restricted_to_the_named_candidates(scripted_service):
         assert recommended_candidate(first_claim(ans.answer)) in {"JAX", "PyTorch"}
     finally:
         svc.close()
-    assert compared_candidates("JAX or PyTorch for PDEs?") == ["JAX", "PyTorch"]
-    assert compared_candidates("DeepSpeed 和 Megatron-LM 哪个好") == ["PyTorch + DeepSpeed", "PyTorch + Megatron-LM"]
-
-
-def test_a_choice_among_one_frameworks_options_stays_a_fact_question_after_the_rewrite():
-    # fu-zh-06: the follow-up rewrite turned "其中哪个" into "Colossal-AI的中哪个", which read as a selection
-    rewritten = "Colossal-AI的中哪个适合超过 100 亿参数、千卡以下的集群？"
-    prev = ["Colossal-AI 有哪些 booster 插件？"]
-    assert not is_selection(rewritten, prev, "zh", asked="其中哪个适合超过 100 亿参数、千卡以下的集群？")
-    assert is_selection("我们有 1000 张 GPU、要微调 100 亿参数的模型，选哪个框架？", [], "zh", asked="我们有 1000 张 GPU、要微调 100 亿参数的模型，选哪个框架？")
-
-
-def test_situation_follow_up_is_a_selection():
-    prev = ["Which framework should our research lab use?"]
-    assert is_selection("What if we had TPUs instead?", prev)
-    assert is_selection("如果我们有 64 张 A100 呢？", ["我们团队该选哪个框架？"])
-    assert not is_selection("What is its distributed API?", prev)
-    assert not is_selection("What if we had TPUs instead?", ["What is ZeRO?"])
-    # a choice among one framework's options is a fact question (fu-zh-06)
-    assert not is_selection("Colossal-AI 的其中哪个适合超过 100 亿参数、千卡以下的集群？", ["Colossal-AI 有哪些 booster 插件？"])
-    assert not is_selection("Which ZeRO stage should we use for a 13B model?", [])
+    assert compared_candidates("JAX or PyTorch for PDEs?") == ("JAX", "PyTorch")
+    assert compared_candidates("DeepSpeed 和 Megatron-LM 哪个好") == ("PyTorch + DeepSpeed", "PyTorch + Megatron-LM")
 
 
 @pytest.mark.parametrize("sentence,user,expected", [

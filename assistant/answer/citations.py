@@ -24,6 +24,7 @@ import numpy as np
 from ..embed import Embedder
 from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks
 from ..lang import detect_language
+from ..lexicon import ARTICLE_CLAIM, USER_SITUATION
 from ..text import HAN, cjk_count, split_sentences, starts_with_pronoun, tokenize
 from ..types import Citation
 from .prompt import Source
@@ -48,9 +49,6 @@ _FRAMEWORK_WORDS = ({n.lower() for n in FRAMEWORKS} | {n.lower().replace("-", ""
 # a lead-in ending in a colon, and what follows it; a list after the colon (1. / - / （1）/ ①) is not split
 _LEAD_IN = re.compile(r"^(?P<lead>[^：:`]{4,}?(?:：|:(?=\s)))\s*(?P<rest>\S.{3,})$", re.DOTALL)
 _LIST_START = re.compile(r"^(?:\d+[.、)）]|[-*•①-⑩]|[（(]\d+[)）])")
-# a claim about what "the article" says, including "based on the article's criteria" (the prompt names them, but a
-# reader who opens a note's [n] finds no criteria of the article there: hand checks s4 and s5f)
-_ARTICLE_CLAIM = re.compile(r"文章|文中|原文|\b(?:the|this) article\b", re.IGNORECASE)
 # a sentence whose subject is only a pronoun ("这个包名……", "This API ...", "It ...") takes its subject from the
 # sentence before; the passage can confirm only the predicate, so such a sentence needs a higher score
 # (0.80: of the 25 such sentences in five hand-labelled samples, eval/handcheck/, every supported one scored >= 0.85
@@ -299,7 +297,7 @@ class CitationChecker:
                     result.removed_sentences.append(text)
                 continue
             result.supported_sentences += 1
-            if _ARTICLE_CLAIM.search(text) and not any(by_n[n][1].hit.chunk.is_article for n in keep):
+            if ARTICLE_CLAIM.search(text) and not any(by_n[n][1].hit.chunk.is_article for n in keep):
                 text = _neutral_attribution(text)
             top = max(keep, key=lambda n: support[i, by_n[n][0]])
             j = by_n[top][0]
@@ -343,7 +341,7 @@ class CitationChecker:
         lang = detect_language(quote)
         if (not quote or _LABEL.match(quote) or "|" in quote or "`" * 3 in quote or "http" in quote or quote[-1] in ":："
                 or any(starts_with_pronoun(x) for x in parts) or _CONTEXT_BOUND.search(quote) or not is_factual(quote)
-                or (_ARTICLE_CLAIM.search(quote) and not is_article)  # the check's own rule for "the article"
+                or (ARTICLE_CLAIM.search(quote) and not is_article)  # the check's own rule for "the article"
                 or _MARK.search(quote)  # a reference-list "[1]" would read as one of the answer's citations
                 or len(quote) > QUOTE_MAX_GROWTH * max(len(body), 1)
                 or lang != detect_language(body)
@@ -361,14 +359,6 @@ QUOTE_LEAD = {
 }
 
 
-# a sentence about the user's own situation ("The project stage is early, and the hardware is limited to 64 GPUs.",
-# "你们的团队有 5 个人。"): the question's words, not a passage's claim
-_SITUATION = re.compile(
-    r"^(?:(?:the|your|our) (?:project|team|hardware|stage|budget|situation|use case|requirements?)(?: stage)?\b.{0,40}?"
-    r"\b(?:is|are|has|have|was|includes?|consists?)\b|you (?:are|have) (?:a|an|only|limited|already|\d)|the user\b|"
-    r"(?:你们|您|你)的?(?:团队|项目|公司|硬件|需求|情况)(?:是|有|在|正在|目前|只有|主要|处于)|(?:你们|您)(?:目前|正在|只有|主要|处于)|"
-    r"(?:项目阶段|硬件环境|团队规模|你的情况|您的情况|用户的?情况)(?:是|为|处于|仅|只有))",
-    re.IGNORECASE)
 # a sentence whose every content term is the user's own (at least 4 of them) only echoes the question
 ECHO_MIN_TERMS = 4
 
@@ -377,7 +367,7 @@ def restates_user(sentence: str, user_text: str) -> bool:
     """True when `sentence` restates the user's words or describes the user's situation (not a sourced claim)."""
     if not user_text:
         return False
-    if _SITUATION.search(sentence.strip()):
+    if USER_SITUATION.search(sentence.strip()):
         return True
     terms = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii() or t.isdigit()}  # "2" is a fact
     return len(terms) >= ECHO_MIN_TERMS and terms <= set(tokenize(user_text))

@@ -13,20 +13,22 @@ holds no state of its own. Benchmarks replay the same functions, so what they me
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..embed import Embedder
+from ..frameworks import find_frameworks
+from ..lexicon import refers_to_article
 from ..llm.base import ChatModel, Message
-from ..retrieval import refers_to_article
 from ..types import Citation, Hit
 from .citations import CitationChecker, quoted_answer, renumber
 from .evidence import DEFAULT_MAX_SOURCES, best_sentence, select_evidence
 from .pinned import NONE, PinnedContext
 from .policy import Decision, refusal_text
-from .prompt import Source, asks_for_several
+from .prompt import Source
 
 SEVERAL_MAX_SOURCES = 5  # every retrieved passage (settings.top_k) for a list or comparison question
 
@@ -40,7 +42,7 @@ class PipelineConfig:
     support_threshold: float
     max_answer_tokens: int
     temperature: float
-    several_token_budget: int = 0  # a list or comparison question's budget (prompt.asks_for_several); 0: the same
+    several_token_budget: int = 0  # a list or comparison question's budget (Route.several); 0: the same
 
     @classmethod
     def from_settings(cls, settings: Any) -> PipelineConfig:
@@ -113,19 +115,20 @@ def pinned_shown(hits: list[Hit], pinned: PinnedContext = NONE, focus: list[int]
 
 
 def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_tokens: Callable[[str], int],
-             embedder: Embedder, pinned: PinnedContext = NONE) -> list[Source]:
+             embedder: Embedder, pinned: PinnedContext = NONE, several: bool = False) -> list[Source]:
     """The evidence an answer's prompt carries for these hits, within the token budget and above the floor; with a
-    pinned context, only passages of other documents (extra_hits), numbered after the pinned ones."""
-    budget, max_sources = evidence_budget(question, config)
+    pinned context, only passages of other documents (extra_hits), numbered after the pinned ones. `several`: the
+    question asks for several items (its Route says so)."""
+    budget, max_sources = evidence_budget(several, config)
     chosen = select_evidence(question, extra_hits(hits, pinned, question), count_tokens, budget, max_sources=max_sources,
                              embedder=embedder, floor=config.evidence_floor)
     return [Source(s.n + pinned.k, s.hit, s.text) for s in chosen]
 
 
-def evidence_budget(question: str, config: PipelineConfig) -> tuple[int, int]:
+def evidence_budget(several: bool, config: PipelineConfig) -> tuple[int, int]:
     """(token budget, passages) for a question: a question asking for several things gets the larger budget and
     every retrieved passage."""
-    if config.several_token_budget and asks_for_several(question):
+    if config.several_token_budget and several:
         return config.several_token_budget, SEVERAL_MAX_SOURCES
     return config.context_token_budget, DEFAULT_MAX_SOURCES
 
@@ -158,14 +161,29 @@ def check(raw: str, question: str, sources: list[Source], config: PipelineConfig
         "factual_sentences": checked.factual_sentences, "supported_sentences": checked.supported_sentences,
         "dropped_numbers": checked.dropped_numbers, "removed_sentences": checked.removed_sentences,
         "quoted_sentences": [list(q) for q in checked.quoted_sentences], "raw_answer": raw, "fallback": ""}
-    if checked.text:
+    if checked.text and not bare_name(checked.text, checked.citations):
         return Result(*renumber(checked.text, checked.citations), diagnostics=diagnostics)
+    if checked.text:  # "PyTorch。": a framework to use without its reason or citation is no answer
+        diagnostics["bare_name"] = checked.text
     quote = best_sentence(question, sources if shown is None else shown, embedder)
     if quote is None:
         return Result(refusal_text("weak_evidence", lang), [], refused=True, diagnostics=diagnostics)
     text, cite = quoted_answer(quote[0], quote[1], lang)
     diagnostics["fallback"] = "quote"
     return Result(*renumber(text, [cite]), diagnostics=diagnostics)
+
+
+def bare_name(text: str, citations: list[Citation]) -> bool:
+    """An answer that is only a framework's name (or two), uncited: "PyTorch。", "JAX and PyTorch." A fact answer
+    that names a framework to use carries its reason and citation; the check quotes the closest passage instead."""
+    names = find_frameworks(text)
+    if citations or not names:
+        return False
+    rest = text.lower()
+    for name in names:
+        rest = rest.replace(name.lower(), " ")
+    rest = re.sub(r"\[\d+\]|\b(?:and|or)\b|[和或与、+/\s\W]", "", rest)
+    return len(rest) <= 2  # an alias left over ("飞桨。")
 
 
 def refused(decision: Decision, lang: str) -> Result:

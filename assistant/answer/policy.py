@@ -5,7 +5,8 @@ Refusal: the question is answered only when the best retrieved passage is close 
 out-of-domain dev questions: docs/refusal.md), and when the retrieved passages speak of the question's subject:
 a near-domain question (another framework, another product of a vendor, a device the documents never name) finds
 passages close in meaning, but none of them names what it asks about (`uncovered_subjects`). Requests for the hidden
-instructions are refused outright.
+instructions are refused outright. Which kind a question is (and so whether the subject check applies) is the
+router's (assistant/route.py), as is the follow-up rewrite.
 """
 from __future__ import annotations
 
@@ -222,36 +223,3 @@ def refusal_text(reason: str, lang: str, missing: tuple[str, ...] = (), nearby: 
         text += (" " if lang == "en" else "") + NEARBY[lang].format(
             nearby=sep.join(f"《{t}》" if lang == "zh" else f"\"{t}\"" for t in nearby))
     return text
-
-
-# ---- follow-up rewriting --------------------------------------------------------------------------
-_PRONOUN_ZH = re.compile(r"它们|它的|它|其|该框架|这个框架|那个框架|这个库|后者|前者|这两者|两者")
-_PRONOUN_EN = re.compile(r"\b(it|its|it's|they|their|them|this framework|that framework|this one|that one|the latter|"
-                         r"the former|both)\b", re.IGNORECASE)
-
-
-def rewrite_followup(question: str, history: list[dict[str, str]]) -> str:
-    """A standalone question: names from the previous user turns replace pronouns (cheap, no model call); after a
-    selection answer, the framework it recommended.
-
-    Only runs when there is history; a question that names its own framework is left alone.
-    """
-    if not history or find_frameworks(question):
-        return question
-    from .selection import recommended_in  # after a recommendation, "its" is the recommended framework
-
-    last_answer = next((m["content"] for m in reversed(history) if m["role"] == "assistant"), "")
-    names: list[str] = recommended_in(last_answer)
-    for text in reversed([m["content"] for m in history if m["role"] == "user"] if not names else []):
-        names = find_frameworks(text)
-        if names:
-            break
-    if not names:
-        return question
-    subject = " 和 ".join(names[:2]) if has_cjk(question) else " and ".join(names[:2])
-    if _PRONOUN_ZH.search(question):
-        return _PRONOUN_ZH.sub(lambda m: subject + ("的" if m.group(0) in ("它的", "其") else ""), question, count=1)
-    if _PRONOUN_EN.search(question):
-        return _PRONOUN_EN.sub(lambda m: subject + ("'s" if m.group(0).lower() in ("its", "their") else ""),
-                               question, count=1)
-    return f"{subject}: {question}"

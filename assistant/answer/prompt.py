@@ -19,28 +19,6 @@ SYSTEM_PROMPT = (
     "4. Answer in the language the user asks for, in at most 5 short sentences, without a preamble."
 )
 
-# "千亿参数预训练用什么？" asks for a choice; "Megatron-FSDP 用什么 pip 包名安装？" asks for a fact (the selection
-# hint there made the model write "the package name fits the long-term goal" in the fourth-session hand check)
-_RECOMMEND = re.compile(
-    r"选什么|选哪|用什么(框架|方案|组合|技术栈)|用什么\s*[？?。]?\s*$|推荐|适合|应该选|怎么选|选型|哪个框架|which framework|should we|should i|recommend|choose|"
-    r"best (framework|choice|option)|what to use|pick",
-    re.IGNORECASE,
-)
-
-# A question that asks for several things (a list, a comparison, "which ... are"): its facts sit in several passages
-# or in one long list, which the short budget cuts (the loss table's "cut by the evidence budget"). It gets the
-# larger budget and every retrieved passage; a single fact keeps the short prompt the first token waits for.
-_SEVERAL = re.compile(
-    r"哪些|哪几|几(个|种|类|点|项|步|大|方面|阶段|部分|层)|分别|区别|差异|异同|不同之处|对比|比较|相比|优缺点|优劣|列举|各自|"
-    r"\b(what|which) (are|were)\b|\blist\b|\bcompar(e|es|ed|ing|ison)\b|\bdifferen(ce|ces|t)\b|\bversus\b|\bvs\.?(?=\s)|"
-    r"\bpros and cons\b|\b(each|both)\b|\bhow many\b|\b(main|key) (\w+ )?(\w+s)\b", re.IGNORECASE)
-
-
-def asks_for_several(question: str) -> bool:
-    """The question asks for a list or a comparison ("有哪些……", "区别", "What are the stages ...", "X vs Y")."""
-    return bool(_SEVERAL.search(question))
-
-
 CRITERIA_HINT = {
     "zh": "这是一个选型问题：请按文章的标准（团队熟悉什么、项目阶段、硬件环境、长期目标）给出推荐，并说明理由。",
     "en": "This is a selection question: recommend following the article's criteria (what the team knows, "
@@ -65,10 +43,6 @@ def defuse_fences(text: str) -> str:
     return _FENCE.sub(lambda m: "＜" + m.group(0)[1:-1] + "＞", text)
 
 
-def is_recommendation(question: str) -> bool:
-    return _RECOMMEND.search(question) is not None
-
-
 @dataclass
 class Source:
     n: int
@@ -83,11 +57,13 @@ def format_source(s: Source) -> str:
 
 def build_messages(question: str, sources: list[Source], lang: str,
                    history: list[dict[str, str]] | None = None, system: str = "",
-                   focus: Sequence[int] = ()) -> list[dict[str, str]]:
+                   focus: Sequence[int] = (), *, selection: bool = False, several: bool = False) -> list[dict[str, str]]:
     """The prompt: `system` (default SYSTEM_PROMPT; the pinned context's rules and documents when there is one,
     answer/pinned.py), then the history, then the user's turn: the answer-language line, the numbered sources (if
     any), the reference passages closest to the question (`focus`: their numbers in the pinned context), the
-    question and its hints."""
+    question and its hint: the article's criteria for a selection question the Advisor could not rank, or "give every
+    item" for one that asks for several (a list or a comparison: its facts sit in several passages or in one long
+    list). `selection` and `several` are the question's Route (assistant/route.py)."""
     # Untrusted document text is fenced so the model can tell data from the request; fence tags inside the
     # documents, the question or the history are defused so only ours delimit the sources.
     question = defuse_fences(question)
@@ -96,9 +72,9 @@ def build_messages(question: str, sources: list[Source], lang: str,
     # questions in one language share, so llama.cpp reuses its KV cache instead of recomputing it.
     parts = [ANSWER_IN[lang], *([f"<sources>\n{body}\n</sources>"] if sources else []),
              *([FOCUS[lang].format(", ".join(f"[{n}]" for n in focus))] if focus else []), f"Question: {question}"]
-    if is_recommendation(question):
+    if selection:
         parts.append(CRITERIA_HINT[lang])
-    elif asks_for_several(question):
+    elif several:
         parts.append(SEVERAL_HINT[lang])
     parts.append(ANSWER_LAST[lang])  # a short reminder last: small models drift into the sources' language
     msgs = [{"role": "system", "content": system or SYSTEM_PROMPT}]

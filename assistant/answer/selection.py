@@ -10,7 +10,7 @@ Owns what the chat shows for such a question, given the Advisor's `Advice` (assi
   no cited fact) is shown as those facts in the Advisor's words (`faithful_reasons`); where none of the model's
   sentences survives, the Advisor's own cited facts are used;
 - what would change the choice (the Advisor's re-run with one field changed), cited.
-Does not decide that a question is a selection (advisor/intent.py), rank (advisor/rubric.py) or check support
+Does not decide that a question is a selection (the router, assistant/route.py), rank (advisor/rubric.py) or check support
 (citations.py); the service sequences the steps.
 """
 from __future__ import annotations
@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..advisor.intent import is_selection_question, is_within_choice
-from ..advisor.scenario import parse_free_text
 from ..frameworks import find_frameworks
 from ..text import cjk_count, split_sentences, tokenize
 from ..types import Chunk, Citation, Hit
@@ -30,7 +28,7 @@ from .citations import CitationChecker, citation_record, is_factual, parse_marke
 from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
 from .prompt import Source as PromptSource
 
-# a framework named in a question -> the Advisor's candidate it stands for
+# a framework named in a question -> the Advisor's candidate it stands for (the router's Route.compared)
 CANDIDATE_OF = {"PyTorch": "PyTorch", "TensorFlow": "TensorFlow", "PaddlePaddle": "PaddlePaddle", "JAX": "JAX",
                 "DeepSpeed": "PyTorch + DeepSpeed", "Megatron-LM": "PyTorch + Megatron-LM", "Colossal-AI": "Colossal-AI"}
 _LEAD = {"zh": "推荐 {name}：{claim}", "en": "We recommend {name}: {claim}"}
@@ -38,9 +36,6 @@ _TIE = {"zh": "{names} 在你的情况下打平，取决于：{choices}", "en": 
 _CHOOSE = {"zh": "若{claim_lc}，选 {name}", "en": "choose {name} if {claim_lc}"}
 _CHANGE_LEAD = {"zh": "什么会改变这个选择——", "en": "What would change the choice:"}
 _ARTICLE_PREFIX = re.compile(r"^(?:文章[：:]\s*|The article:\s*)")
-# the recommendation line the chat writes (for follow-ups: "and its distributed API?" is about the recommendation)
-RECOMMENDATION_LINE = re.compile(r"^(?:推荐 |We recommend )(?P<names>[^：:]+)[：:]|^(?P<tie>.+?) (?:在你的情况下打平|tie for your situation)",
-                                 re.MULTILINE)
 
 
 @dataclass
@@ -56,32 +51,6 @@ class SelectionPlan:
     sources: list[PromptSource]  # the cited passages, numbered as in the answer
     citations: dict[int, Citation] = field(default_factory=dict)  # the deterministic sentences' citations
     advice: dict[str, Any] = field(default_factory=dict)
-
-
-def is_selection(question: str, previous_user_turns: list[str], lang: str | None = None, asked: str = "") -> bool:
-    """A selection question, or a follow-up to one that changes the situation ("what if we had TPUs?") without
-    naming a framework or asking a fact. `question` is the standalone rewrite; `asked`, the user's own words, rules
-    out a choice among one framework's options ("其中哪个…", which the rewrite may have turned into another phrase)."""
-    if asked and is_within_choice(asked):
-        return False
-    if is_selection_question(question, lang):
-        return True
-    if not previous_user_turns or not is_selection_question(previous_user_turns[-1]) or find_frameworks(question):
-        return False
-    sc = parse_free_text(question)
-    return bool(sc.hardware or sc.stage or sc.model_scale or sc.team_size or sc.known_frameworks or sc.goals)
-
-
-def compared_candidates(question: str) -> list[str]:
-    """The candidates a comparison question names ("JAX or PyTorch for PDEs?"): the ranking is restricted to them."""
-    names = [CANDIDATE_OF[f] for f in find_frameworks(question) if f in CANDIDATE_OF]
-    return list(dict.fromkeys(names)) if len(set(names)) >= 2 else []
-
-
-def recommended_in(text: str) -> list[str]:
-    """Frameworks a selection answer recommended (its recommendation line), else []."""
-    m = RECOMMENDATION_LINE.search(text)
-    return find_frameworks(m.group(0)) if m else []
 
 
 def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: str,

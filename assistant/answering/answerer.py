@@ -3,8 +3,8 @@ edit; the CLI, the HTTP API, the OpenAI route, the UI, MCP, LangChain and the ev
 
 Owns the order of the steps: the input check and the session, the per-session order (a question asked while the
 session's answer is still being written or stopped waits for it, so it is never lost and sees that turn), the
-follow-up rewrite from the stored conversation, the translation, one retrieval over one index generation, the
-refusal decision, the route to a fact or a selection answer, and the answer loop (answering/loop.py) that runs the
+follow-up rewrite from the stored turn before, the translation, one retrieval over one index generation, the
+question's Route (assistant/route.py: its kind, the refusal decision, the situation, what it compares), and the answer loop (answering/loop.py) that runs the
 chosen plan.
 """
 from __future__ import annotations
@@ -16,11 +16,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from .. import conversations, stopping
-from ..advisor import situation_from_turns
-from ..advisor.intent import is_selection_question
+from .. import route as router
 from ..answer import pinned as pinning
 from ..answer import pipeline, selection
-from ..answer.policy import decide, rewrite_followup, strip_injection
+from ..answer.policy import strip_injection
 from ..answer.prompt import Source
 from ..embed import Embedder
 from ..errors import UserError
@@ -52,10 +51,11 @@ class Service(Parts, Protocol):
     def translate(self, question: str) -> str | None: ...
     def pinned_context(self, snap: Any = None) -> pinning.PinnedContext: ...
     def evidence(self, question: str, hits: list[Hit], count_tokens: Any = None,
-                 pinned: pinning.PinnedContext = pinning.NONE) -> list[Source]: ...
+                 pinned: pinning.PinnedContext = pinning.NONE, several: bool | None = None) -> list[Source]: ...
     def advise(self, scenario: Any) -> Any: ...
     def passage(self, chunk_id: str) -> Chunk | None: ...
     def check_text(self, text: Any, what: str) -> str: ...
+    def kind_classifier(self) -> Any: ...
 
 
 class Answerer:
@@ -103,7 +103,10 @@ class Answerer:
             history = history[:-2]
             config = dataclasses.replace(config, temperature=conversations.regen_temperature(
                 config.temperature, len(conversations.versions(replace))))
-        standalone = rewrite_followup(strip_injection(question) or question, history)
+        asked = strip_injection(question) or question
+        user_turns = [m["content"] for m in history if m["role"] == "user"]
+        previous = self._previous_turn(sid, replace) if history else None
+        standalone = router.standalone_question(asked, previous, user_turns)
         t_translate = time.perf_counter()
         translation = svc.translate(standalone)
         translate_ms = (time.perf_counter() - t_translate) * 1000
@@ -112,21 +115,26 @@ class Answerer:
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
         pinned = svc.pinned_context(retriever.snap)
         near = retriever.similarities(standalone, pinned.chunks, translation)  # each pinned passage's closeness
-        decision = decide(standalone, hits, known=retriever.knows, choosing=is_selection_question(standalone),
-                          pinned_dense=max(near, default=0.0))
-        user_turns = [m["content"] for m in history if m["role"] == "user"]
+        route = router.route(asked, standalone, lang, hits, previous=previous, user_turns=user_turns,
+                             vector=_query_vector(retriever, standalone, translation),
+                             classifier=svc.kind_classifier(), known=retriever.knows,
+                             pinned_dense=max(near, default=0.0))
         user_text = "\n".join([*user_turns, question])
         answer = Answer(answer="", citations=[], refused=False, language=lang, session_id=sid, question=question,
                         standalone_question=standalone)
         plan: Plan | None = None
-        if not decision.refuse and selection.is_selection(standalone, user_turns, lang, asked=question):
-            sel = self._selection(question, standalone, user_turns, lang)
+        if route.selection:
+            sel = self._selection(route)
             if sel is not None:
                 plan = selection_plan(answer, sel, config, svc.embedder, user_text)
+                plan.remember = router.remembered(route, sel.recommended)
         if plan is None:
-            sources = [] if decision.refuse else svc.evidence(standalone, hits, pinned=pinned)
+            decision = route.decision
+            sources = [] if decision.refuse else svc.evidence(standalone, hits, pinned=pinned, several=route.several)
             focus = pipeline.focus(near, settings.pinned_focus, sources)
-            plan = fact_plan(answer, decision, hits, sources, pinned, focus, config, svc.embedder, user_text)
+            plan = fact_plan(answer, decision, hits, sources, pinned, focus, config, svc.embedder, user_text,
+                             selection=route.selection, several=route.several)
+            plan.remember = router.remembered(route)
             if settings.translate_queries:
                 plan.timings["translate_ms"] = round(translate_ms, 1)
                 plan.diagnostics["translation"] = translation
@@ -134,17 +142,35 @@ class Answerer:
         plan.base_temperature = svc.pipeline_config.temperature
         return plan
 
-    def _selection(self, question: str, standalone: str, user_turns: list[str],
-                   lang: str) -> selection.SelectionPlan | None:
-        """The Advisor's ranking for the situation of the conversation so far, as a selection answer's parts; None
-        when the Advisor cannot rank (the fact path answers then)."""
-        sc = situation_from_turns([*user_turns, question])
-        sc.lang = lang
+    def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:
+        """The turn before this question, as the session store kept it (its question and `extra`); for a new
+        version of the last turn, the one before that."""
+        messages = (self.service.sessions.get(sid) or {}).get("messages", [])
+        if replace is not None:
+            messages = messages[:-2]
+        if len(messages) < 2 or messages[-1]["role"] != "assistant" or messages[-2]["role"] != "user":
+            return None
+        return router.Turn.from_message(messages[-2]["content"], messages[-1])
+
+    def _selection(self, route: router.Route) -> selection.SelectionPlan | None:
+        """The Advisor's ranking for the situation of the conversation so far (the Route's), as a selection answer's
+        parts, restricted to the candidates the question compares; None when the Advisor cannot rank (the fact path
+        answers then)."""
         svc = self.service
         try:
-            advice = svc.advise(sc).to_dict()
+            advice = svc.advise(route.situation.replace()).to_dict()
         except (UserError, ValueError, KeyError, IndexError) as exc:  # e.g. no rubric fact resolves in this index
             log.warning("selection question answered on the fact path: the Advisor failed (%s)", exc)
             return None
-        sel = selection.plan(advice, svc.passage, lang, restrict=selection.compared_candidates(standalone))
+        sel = selection.plan(advice, svc.passage, route.situation.lang, restrict=list(route.compared))
         return sel if sel.sources else None
+
+
+def _query_vector(retriever: Retriever, standalone: str, translation: str | None) -> Any:
+    """The question's query embedding for the router's classifier (the one retrieval computed); None when the
+    embedder failed after the search (a remote one went away): the router then decides by wording."""
+    try:
+        return retriever.query_vector(standalone, translation)
+    except Exception as exc:
+        log.warning("no query vector for the router (%s)", exc)
+        return None

@@ -16,9 +16,10 @@ from .loop import Plan
 
 def fact_plan(answer: Answer, decision: Decision, hits: list[Hit], sources: list[Source],
               pinned: pinning.PinnedContext, focus: list[int], config: PipelineConfig, embedder: Embedder,
-              user_text: str) -> Plan:
+              user_text: str, *, selection: bool = False, several: bool = False) -> Plan:
     """The plan of a fact answer to `answer.standalone_question`: `sources` are the evidence after the pinned
-    prefix (none when refused), `focus` the pinned passages the user's turn names."""
+    prefix (none when refused), `focus` the pinned passages the user's turn names; `selection` and `several` are the
+    Route's (the prompt's hints)."""
     question, lang = answer.standalone_question, answer.language
     pinned = pinning.NONE if decision.refuse else pinned
     shown = pipeline.pinned_shown(hits, pinned, focus) + sources  # the pinned passages ranked or named, the rest
@@ -48,5 +49,6 @@ def fact_plan(answer: Answer, decision: Decision, hits: list[Hit], sources: list
 
     if decision.refuse:
         return Plan(answer, decision.reason, config, finish, trace, lead=decision.message(lang), status=False)
-    messages = build_messages(question, sources, lang, system=pinned.system, focus=focus)
+    messages = build_messages(question, sources, lang, system=pinned.system, focus=focus, selection=selection,
+                              several=several)
     return Plan(answer, decision.reason, config, finish, trace, messages=messages)

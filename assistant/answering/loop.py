@@ -49,6 +49,7 @@ class Plan:
     base_temperature: float = 0.1  # the settings' temperature: a language retry samples no hotter than this
     timings: dict[str, float] = field(default_factory=dict)  # the plan's own (retrieval_ms, translate_ms)
     diagnostics: dict[str, Any] = field(default_factory=dict)  # added to the result's
+    remember: dict[str, Any] = field(default_factory=dict)  # stored with the turn for the next one's router
 
 
 class Parts(Protocol):
@@ -82,7 +83,7 @@ class AnswerLoop:
                 kept = plan.finish(written, True)
                 if kept.text:
                     self._apply(answer, kept)
-                    self._save(answer, plan.reason, replace)
+                    self._save(answer, plan, replace)
 
             gen = yield from self._generate(plan, ticket, handle, t0, keep_written)
             raw = gen.text
@@ -106,7 +107,7 @@ class AnswerLoop:
             timings["model_ttft_ms"] = round(model_ttft_ms or 0.0, 1)
         timings["total_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         answer.timings = timings
-        self._save(answer, plan.reason, replace)
+        self._save(answer, plan, replace)
         if left:
             return
         yield Event("citations", answer.citations)
@@ -172,12 +173,14 @@ class AnswerLoop:
         if result.sources is not None:
             answer.sources = result.sources
 
-    def _save(self, answer: Answer, reason: str, replace: dict[str, Any] | None) -> None:
+    def _save(self, answer: Answer, plan: Plan, replace: dict[str, Any] | None) -> None:
         """The turn, stored: a new one, or a new version of the last one (`replace`, the stored last turn)."""
         sessions = self.parts.sessions
         extra: dict[str, Any] = {"citations": [c.to_dict() for c in answer.citations], "refused": answer.refused,
-                                 "reason": reason, "standalone_question": answer.standalone_question,
+                                 "reason": plan.reason, "standalone_question": answer.standalone_question,
                                  "stopped": answer.stopped}
+        if plan.remember:  # what the next turn's router reads (route.Turn)
+            extra["route"] = plan.remember
         if replace is None:
             answer.message_id = sessions.add_turn(answer.session_id, answer.question, answer.answer, extra)
             return

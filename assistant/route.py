@@ -1,0 +1,153 @@
+"""The router: what a question is, decided once per question; every other step reads the `Route`.
+
+A Route holds the standalone question (the follow-up rewrite, from the stored turn before: its standalone question
+and the frameworks it recommended, never the chat's rendered text), the question's kind ("fact", "selection" or
+"out_of_scope"), the situation it states (the Advisor's parser over the conversation's user turns), the frameworks
+it names and the Advisor's candidates it compares, and whether it asks for several items or points at the reference
+article. The refusal policy's decision (answer/policy.py) rides along: a refused question is "out_of_scope".
+
+The kind: a classifier over the embedder's vector of the standalone question (assistant/kinds.py; the retriever
+already embedded it) says how likely a selection it is. Sure either way (P >= SURE, or P < UNSURE), it decides;
+between the two, the wording rules decide (advisor/intent.py over assistant/lexicon.py), and a question that asks
+what to use without naming a framework goes to the Advisor, whose answer carries its reason and citation. Without an
+embedder the wording rules decide alone. A choice among one framework's own options ("其中哪个插件…") is a fact
+whatever the classifier says; a follow-up to a selection that only changes the situation ("what if we had TPUs?") is
+a selection.
+
+Owns the rewrite, the kind and what the session store keeps of a turn for the next one (`remembered`). Does not
+retrieve, refuse (policy.decide) or answer.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import lexicon
+from .advisor.intent import is_selection_question
+from .advisor.scenario import Scenario, parse_free_text, situation_from_turns
+from .answer.policy import Decision, RefusalThresholds, decide
+from .answer.selection import CANDIDATE_OF
+from .frameworks import find_frameworks
+from .kinds import KindClassifier
+from .text import has_cjk
+from .types import Hit
+
+FACT, SELECTION, OUT_OF_SCOPE = "fact", "selection", "out_of_scope"
+SURE = 0.5  # P(selection) at or above which the classifier alone says "selection"
+UNSURE = 0.2  # below it, the classifier alone says "fact"; between the two the wording decides
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the router reads of the turn before (the session store's `extra` of its answer, `remembered`)."""
+
+    question: str
+    standalone: str = ""
+    kind: str = ""
+    recommended: tuple[str, ...] = ()  # the frameworks a selection answer recommended
+
+    @classmethod
+    def from_message(cls, question: str, stored: dict[str, Any]) -> Turn:
+        r = stored.get("route") or {}
+        return cls(question, stored.get("standalone_question") or question, r.get("kind", ""),
+                   tuple(r.get("recommended") or ()))
+
+
+@dataclass(frozen=True)
+class Route:
+    question: str                  # the user's words (injected instructions stripped)
+    standalone: str                # after the follow-up rewrite
+    kind: str                      # FACT | SELECTION | OUT_OF_SCOPE
+    situation: Scenario            # the conversation's situation, as the Advisor parses it
+    frameworks: tuple[str, ...]    # named in the standalone question
+    compared: tuple[str, ...]      # the Advisor's candidates it weighs against each other (two or more), else ()
+    several: bool                  # asks for several items (a list, a comparison)
+    article: bool                  # points at the reference article
+    decision: Decision = field(default_factory=lambda: Decision(False, "ok"))  # the refusal policy's
+    selection_probability: float | None = None  # the classifier's; None without an embedder
+    decided_by: str = "classifier"  # "classifier" | "wording" | "within" | "follow-up"
+
+    @property
+    def selection(self) -> bool:
+        return self.kind == SELECTION
+
+
+def remembered(route: Route, recommended: list[str] | None = None) -> dict[str, Any]:
+    """What the session store keeps of this turn for the next one's rewrite and kind."""
+    return {"kind": route.kind, "recommended": find_frameworks(" ".join(recommended or []))}
+
+
+# ---- the follow-up rewrite ------------------------------------------------------------------------------------
+def standalone_question(question: str, previous: Turn | None, earlier_user_turns: list[str]) -> str:
+    """A standalone question: a pronoun ("它的", "its") stands for the framework of the turn before (the one its
+    selection answer recommended, else the ones its standalone question named, else an earlier user turn's), or,
+    without a pronoun, the question is prefixed with it. A question that names its own framework is left alone."""
+    if (previous is None and not earlier_user_turns) or find_frameworks(question):
+        return question
+    names = list(previous.recommended) if previous is not None else []
+    turns = ([previous.standalone] if previous is not None else []) + list(reversed(earlier_user_turns))
+    for text in turns if not names else []:
+        names = find_frameworks(text)
+        if names:
+            break
+    if not names:
+        return question
+    subject = " 和 ".join(names[:2]) if has_cjk(question) else " and ".join(names[:2])
+    zh, en = lexicon.PRONOUN_ZH.compiled, lexicon.PRONOUN_EN.compiled
+    if zh.search(question):
+        return zh.sub(lambda m: subject + ("的" if m.group(0) in ("它的", "其") else ""), question, count=1)
+    if en.search(question):
+        return en.sub(lambda m: subject + ("'s" if m.group(0).lower() in ("its", "their") else ""), question, count=1)
+    return f"{subject}: {question}"
+
+
+# ---- the kind -------------------------------------------------------------------------------------------------
+def kind_of(standalone: str, asked: str, lang: str, previous: Turn | None = None,
+            probability: float | None = None) -> tuple[str, str]:
+    """(FACT or SELECTION, what decided it) for a question the policy did not refuse; `probability` is the
+    classifier's P(selection), None without one."""
+    if lexicon.WITHIN.search(asked) or lexicon.WITHIN.search(standalone):
+        return FACT, "within"
+    if probability is None:
+        sel, by = is_selection_question(standalone, lang), "wording"
+    elif probability >= SURE:
+        sel, by = True, "classifier"
+    elif probability >= UNSURE:
+        sel = is_selection_question(standalone, lang) or (
+            lexicon.WHAT_TO_USE.search(standalone) and not lexicon.PASSIVE.search(standalone)
+            and not find_frameworks(standalone))
+        by = "wording"
+    else:
+        sel, by = False, "classifier"
+    if not sel and previous is not None and previous.kind == SELECTION and not find_frameworks(standalone):
+        sc = parse_free_text(standalone)  # "what if we had TPUs?" after a recommendation: the situation changed
+        if sc.hardware or sc.stage or sc.model_scale or sc.team_size or sc.known_frameworks or sc.goals:
+            return SELECTION, "follow-up"
+    return (SELECTION if sel else FACT), by
+
+
+def compared_candidates(question: str) -> tuple[str, ...]:
+    """The Advisor's candidates a question weighs against each other ("JAX or PyTorch for PDEs?"), two or more."""
+    names = tuple(dict.fromkeys(CANDIDATE_OF[f] for f in find_frameworks(question) if f in CANDIDATE_OF))
+    return names if len(names) >= 2 else ()
+
+
+def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previous: Turn | None = None,
+          user_turns: list[str] | None = None, vector: np.ndarray | None = None,
+          classifier: KindClassifier | None = None, known: Callable[[str], bool] | None = None,
+          pinned_dense: float = 0.0, thresholds: RefusalThresholds | None = None) -> Route:
+    """The question's Route. `vector`: the standalone question's query embedding (Retriever.query_vector), read by
+    `classifier`; `hits`, `known`, `pinned_dense`: what the refusal policy weighs (policy.decide)."""
+    p = classifier.selection_probability(vector) if classifier is not None and vector is not None else None
+    kind, by = kind_of(standalone, question, lang, previous, p)
+    decision = decide(standalone, hits, thresholds, known=known, choosing=kind == SELECTION, pinned_dense=pinned_dense)
+    if decision.refuse:
+        kind = OUT_OF_SCOPE
+    situation = situation_from_turns([*(user_turns or []), question])
+    situation.lang = lang
+    return Route(question, standalone, kind, situation, tuple(find_frameworks(standalone)),
+                 compared_candidates(standalone), lexicon.asks_for_several(standalone),
+                 lexicon.refers_to_article(standalone), decision, p, by)
