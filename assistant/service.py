@@ -1,40 +1,46 @@
-"""AssistantService: the one object behind the CLI, the HTTP API, the Gradio UI and the evaluator.
+"""AssistantService: the one object behind the CLI, the HTTP API, the Gradio UI, MCP, LangChain and the evaluator; a
+facade over the parts that do the work.
 
-It owns the loaded index (reloaded when a build replaces it), the embedder, the chat model, the
-session store, the generation queue and the input checks, and sequences one answer:
-question -> (follow-up rewrite) -> (translation, when on) -> retrieve -> refuse, or evidence -> prompt ->
-queue turn -> generate -> (a "status" event) check citations -> remember the turn. What each step computes lives in
-assistant/answer/pipeline.py; events are assistant.types.Event.
+    engines (runtime.py)        index, retriever, embedder, chat model, translator; loading them
+    answerer (answering/)       one question to one answer's events: ask, regenerate, edit
+    queue, active               admission to the model (admit/withdraw) and stopping (cancel)
+    sessions (sessions/)        conversations, versions, feedback
+    documents (documents.py)    uploads, re-indexing, the document list
+    pins (answering/pins.py)    the documents always in the model's context
+    advise (advisor/)           the ranked, cited recommendation for a situation
+
+The adapters call only this class; the input checks (`check_text`) are here.
 """
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from . import conversations, lexicon, stopping
+from .advisor import advise, load_rubric
+from .advisor.rubric import resolve_facts
 from .answer import pinned as pinning
 from .answer import pipeline
 from .answer.prompt import Source, build_messages
 from .answering import Answerer, final
 from .answering.pins import Pins
 from .documents import DocumentLibrary, Job
-from .embed import Embedder, embedder_for
+from .embed import Embedder
 from .errors import UserError
 from .filters import Filters
 from .genqueue import GenerationQueue, Ticket
-from .index.identity import EmbedderStatus, compare
-from .index.location import IndexLocation, open_index
+from .index.identity import EmbedderStatus
+from .index.location import IndexLocation
 from .kinds import KindClassifier, classifier_for
 from .lang import detect_language
 from .llm.base import ChatModel
-from .retrieval import RetrievalParams, Retriever
+from .retrieval import Retriever
+from .runtime import Engines
 from .sessions import SessionStorage, open_store, unknown_session
 from .settings import Settings, load_settings
 from .text import valid_unicode
-from .translate import QueryTranslator, create_translator
 from .types import Answer, Chunk, Event, Hit
 
 log = logging.getLogger(__name__)
@@ -44,21 +50,11 @@ class AssistantService:
     def __init__(self, settings: Settings | None = None, *, chat_model: ChatModel | None = None,
                  embedder: Embedder | None = None) -> None:
         self.settings = settings or load_settings()
-        self._embedder = embedder
-        self._llm = chat_model
-        self._retriever: Retriever | None = None
-        self._gen_name: str | None = None
-        self._index: IndexLocation | None = None  # the index directory or Chroma server (opened on first use)
-        self.embedder_status: EmbedderStatus | None = None  # the live generation's embedder against the settings
-        self._lock = threading.RLock()  # the retriever and its index generation
-        self._llm_lock = threading.Lock()  # the model: loading it must not block searches
-        self._translator: QueryTranslator | None = None
-        self._translator_lock = threading.Lock()
+        self.engines = Engines(self.settings, chat_model, embedder)  # index, retriever, embedder, model, translator
         self.sessions: SessionStorage = open_store(self.settings)  # SQLite, or PostgreSQL for a database_url
         self.queue = GenerationQueue(self.settings.max_queue, self.settings.queue_timeout_s,
                                      self.settings.retry_after_s)
         self.active = stopping.ActiveAnswers()  # answers being written, by session: what `cancel` stops
-        self.params = RetrievalParams(dense_weight=self.settings.dense_weight)
         self.pipeline_config = pipeline.PipelineConfig.from_settings(self.settings)
         self._loaded = False  # set once load() has finished warming the model
         self._closed = False  # set by close(): a warm-up still running then fails quietly
@@ -67,121 +63,41 @@ class AssistantService:
                          self.list_documents, self._pins_changed)
         self.answerer = Answerer(self)  # every answer's one way through (assistant/answering/)
 
-    # ---- loading ------------------------------------------------------------------------------
+    # ---- the engines (assistant/runtime.py) -----------------------------------------------------------
     @property
     def embedder(self) -> Embedder:
-        if self._embedder is None:
-            meta = self.index.current_meta()
-            self._embedder = embedder_for(self.settings, meta.embedder if meta else None, meta.dim if meta else None)
-        return self._embedder
+        return self.engines.embedder
 
     @property
     def index(self) -> IndexLocation:
         """Where the index lives: settings.index_dir, or the Chroma server of settings.chroma_url."""
-        if self._index is None:
-            self._index = open_index(self.settings)
-        return self._index
+        return self.engines.index
 
     @property
     def retriever(self) -> Retriever:
-        """The retriever over the live index generation; reopened when a build has replaced it (in this process,
-        another one, or another replica of a Chroma-server index). A generation whose embedder this process
-        cannot reproduce is refused (assistant/index/identity.py)."""
-        with self._lock:
-            gen = self.index.require()
-            if self._retriever is None or gen != self._gen_name:
-                old = self._retriever
-                snap = self.index.snapshot(gen)
-                status = compare(snap.meta, self.settings.embedder, self._embedder_for(snap.embedder_name, snap.meta.dim))
-                if status.status != "ok":
-                    log.warning("index %s: %s", gen, status.en)
-                if status.refuse:
-                    snap.close()
-                    raise status.error()
-                self.embedder_status = status
-                self._retriever = Retriever(snap, self.embedder, self.params)
-                self._gen_name = gen
-                if old is not None:
-                    old.snap.close()
-            return self._retriever
-
-    def _embedder_for(self, name: str, dim: int | None = None) -> Embedder:
-        """The embedder a generation needs: the loaded one when it has that name, else the one it names."""
-        if self._embedder is None or self._embedder.name != name:
-            self._embedder = embedder_for(self.settings, name, dim)
-        return self._embedder
+        """The retriever over the live index generation (reopened when a build has replaced it)."""
+        return self.engines.retriever
 
     @property
     def llm(self) -> ChatModel:
-        with self._llm_lock:
-            if self._llm is None:
-                from .llm.factory import create_chat_model
-
-                self._llm = create_chat_model(self.settings)
-            return self._llm
+        return self.engines.llm
 
     @property
-    def translator(self) -> QueryTranslator | None:
-        """The question translator when settings.translate_queries is on, else None. It has its own model
-        instance (settings.translate_model, or the remote engine): one llama.cpp context serves one thread."""
-        if not self.settings.translate_queries:
-            return None
-        with self._translator_lock:
-            if self._translator is None:
-                self._translator = create_translator(self.settings)
-            return self._translator
+    def embedder_status(self) -> EmbedderStatus | None:
+        return self.engines.embedder_status
 
     def translate(self, question: str) -> str | None:
         """The question in the other language when translation is on and succeeds, else None."""
-        tr = self.translator
-        return tr.translate(question) if tr is not None else None
+        return self.engines.translate(question)
 
     def load(self, warm: bool = True) -> None:
-        """Load index, embedder and model now (the server calls this at start-up).
-
-        The model (memory-mapped weights, then its warmed system prompt, restored from disk when it was
-        kept there) loads on a second thread while the index opens: llama.cpp releases the GIL, so the two
-        overlap on two cores instead of adding up.
-        """
-        failed: list[BaseException] = []
-        index_open = threading.Event()
-
-        started = time.perf_counter()
-
-        def load_model() -> None:
-            try:
-                llm = self.llm
-                self.translate("ZeRO 分布式训练")  # loads and warms the translating model, when translation is on
-                loaded = time.perf_counter()
-                if warm:
-                    index_open.wait()  # the pinned prefix is made of the index's passages
-                    llm.warmup(self.system_prompt())
-                log.info("model loaded in %.1f s, warmed in %.1f s (%s)", loaded - started,
-                         time.perf_counter() - loaded, getattr(llm, "warmed_from", "") or "no cache")
-            except BaseException as exc:  # re-raised on the caller's thread below
-                failed.append(exc)
-
-        model_thread = threading.Thread(target=load_model, name="assistant-load-model", daemon=True)
-        model_thread.start()
-        try:
-            # one search loads jieba's dictionary and the embedder's graph, which otherwise cost the first
-            # user ~2.5 s before the sources appear
-            self.retriever.search("ZeRO 分布式训练 warm-up", k=1)
-            self.kind_classifier()  # the router's classifier: trained once per embedder (cached), not on a question
-            log.info("index and embedder loaded in %.1f s", time.perf_counter() - started)
-        finally:
-            index_open.set()
-            model_thread.join()
-        if failed:
-            raise failed[0]
+        """Load index, embedder and model now (the server calls this at start-up); the router's classifier too."""
+        self.engines.load(warm, self.system_prompt, self.kind_classifier)
         self._loaded = True
 
     def warm_advisor(self) -> None:
         """Resolve the Advisor's rubric facts for this index generation now (5-10 s, once per generation), so the
         first selection question does not wait for it; the server runs this in the background after load()."""
-        from .advisor import load_rubric
-        from .advisor.rubric import resolve_facts
-
         try:
             for lang in ("zh", "en"):
                 resolve_facts(self, load_rubric(), lang)
@@ -190,39 +106,21 @@ class AssistantService:
                 log.warning("Advisor warm-up failed", exc_info=True)
 
     def index_generation(self) -> str:
-        """Names one build of one index: the live generation's directory (absolute), or on a Chroma server
-        <url>/<prefix>/<generation>."""
-        snap = self.retriever.snap
-        return snap.location
+        """Names one build of one index (the live generation's directory, or <url>/<prefix>/<generation>)."""
+        return self.engines.index_generation()
 
     def ready(self) -> bool:
         """True once load() finished: index open, model loaded and warmed."""
         return self._loaded
 
     def ping(self) -> None:
-        """Raise a UserError when a part the answers need cannot answer now: the sessions database, a Chroma server,
-        the live generation (maybe a new one) with its embedder, a remote generation or embedding server (for
-        /readyz; local engines have nothing to ask)."""
+        """Raise a UserError when a part the answers need cannot answer now (for /readyz): the sessions database and
+        the engines."""
         self.sessions.ping()
-        self.index.ping()
-        self.retriever  # noqa: B018 (opens a new live generation, and refuses an embedder it cannot reproduce)
-        if self._llm is not None:
-            self._llm.ping()
-        if self._embedder is not None:
-            self._embedder.ping()
+        self.engines.ping()
 
     def stats(self) -> dict[str, Any]:
-        snap = self.retriever.snap
-        langs: dict[str, int] = {}
-        fws: dict[str, int] = {}
-        for c in snap.chunks:
-            langs[c.language] = langs.get(c.language, 0) + 1
-            for f in c.frameworks:
-                fws[f] = fws.get(f, 0) + 1
-        return {"generation": snap.name, "documents": len({c.source for c in snap.chunks}),
-                "chunks": len(snap.chunks), "languages": langs, "frameworks": dict(sorted(fws.items())),
-                "embedder": snap.embedder_name, "skipped": [list(s) for s in snap.meta.skipped],
-                "chunk_tokens": snap.meta.chunk_tokens}
+        return self.engines.stats()
 
     # ---- admission: a place in the generation queue, taken when a request arrives -------------------------
     def admit(self) -> Ticket:
@@ -456,8 +354,6 @@ class AssistantService:
     def advise(self, scenario: Any) -> Any:
         """The Advisor's answer for a scenario (fields, free text or both); a free text longer than
         settings.max_advice_chars is a 413 in the text's language."""
-        from .advisor import advise
-
         text = scenario if isinstance(scenario, str) else (
             scenario.get("text") if isinstance(scenario, Mapping) else getattr(scenario, "text", ""))
         n = self.settings.max_advice_chars
@@ -478,11 +374,6 @@ class AssistantService:
 
     def close(self) -> None:
         self._closed = True
-        if self._llm is not None:
-            self._llm.close()
-        if self._translator is not None:
-            self._translator.close()
-        if self._retriever is not None:
-            self._retriever.snap.close()
+        self.engines.close()
         self.sessions.close()
 

@@ -114,7 +114,7 @@ _STOP = frozenset(
 _jieba_ready = False
 
 
-def _jieba():
+def jieba_tokenizer():
     global _jieba_ready
     import jieba
 
@@ -134,7 +134,7 @@ def tokenize(text: str) -> list[str]:
     for m in _WORD.finditer(low):
         tok = m.group(0)
         if is_cjk(tok[0]):
-            out.extend(w for w in _jieba().lcut(tok) if w not in _STOP)
+            out.extend(w for w in jieba_tokenizer().lcut(tok) if w not in _STOP)
         elif tok not in _STOP:
             out.append(tok)
             if "." in tok or "-" in tok or "_" in tok:

@@ -186,4 +186,4 @@ def adv_service(fast_settings):
     svc = AssistantService(fast_settings, chat_model=_NoModel())  # type: ignore[arg-type]
     yield svc
     svc.sessions.close()
-    svc._retriever and svc._retriever.snap.close()
+    svc.engines._retriever and svc.engines._retriever.snap.close()

@@ -328,7 +328,7 @@ def test_poisoned_document_does_not_take_over(tmp_path: Path, fast_settings) -> 
                 log=lambda m: None)
     svc = AssistantService(fast_settings.model_copy(update={"index_dir": index, "state_dir": tmp_path / "s"}),
                            chat_model=None)
-    svc._llm = _shared_llm  # noqa: SLF001 - reuse the loaded model; the index is what differs
+    svc.engines._llm = _shared_llm  # noqa: SLF001 - reuse the loaded model; the index is what differs
     ans = svc.ask("What does ZeRO stage 3 partition?")
     assert "PWNED" not in ans.answer.upper()
 

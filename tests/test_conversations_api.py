@@ -65,7 +65,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def live(scripted_service, state: Path) -> Iterator[Live]:
     model = SlowModel(long_answer)
     svc = scripted_service(state_dir=state, rate_limit_per_minute=0)
-    svc._llm = model
+    svc.engines._llm = model
     server = serve(svc)
     yield Live(svc, model, server.url)
     server.stop()

@@ -222,13 +222,13 @@ class _FailingEmbedder:
 def test_a_failed_upload_leaves_the_index_as_it_was(http: TestClient, service, own_index: Path) -> None:
     gen = current_generation(own_index)
     real = service.embedder
-    service._embedder = _FailingEmbedder(real)
+    service.engines._embedder = _FailingEmbedder(real)
     try:
         r = upload(http, "doomed.md", b"# Doomed\n\nThe Hexapod storage array keeps nine replicas of every shard.")
         assert r.status_code == 202
         job = wait_job(http, r.json()["job_id"])
     finally:
-        service._embedder = real
+        service.engines._embedder = real
     assert job["status"] == "failed" and "disk" in job["reason"].lower(), job
     assert current_generation(own_index) == gen
     assert http.get("/api/documents?kind=upload").json()["documents"] == []

@@ -106,7 +106,7 @@ class _Reader:
         from assistant.service import AssistantService
 
         svc = AssistantService(self.settings)
-        svc._embedder = self.embedder
+        svc.engines._embedder = self.embedder
         try:
             results = [[(h.chunk.id, round(h.score, 5)) for h in svc.search(q, k=5)] for q in QUERIES]
             snap = svc.retriever.snap
@@ -114,8 +114,8 @@ class _Reader:
                      "fingerprints": snap.meta.fingerprints}
             return snap.gen.name, results, facts
         finally:
-            if svc._retriever is not None:
-                svc._retriever.snap.close()
+            if svc.engines._retriever is not None:
+                svc.engines._retriever.snap.close()
 
 
 def _cli_search(index_dir: Path, docs: Path) -> list[list[tuple[str, float]]]:

@@ -107,6 +107,6 @@ def test_service_searches_and_answers_with_the_translation(fast_settings, tmp_pa
         svc.close()
     off = AssistantService(fast_settings, chat_model=ScriptedChatModel("x"))
     try:
-        assert off.translator is None and off.translate("什么是 ZeRO？") is None
+        assert off.engines.translator is None and off.translate("什么是 ZeRO？") is None
     finally:
         off.close()

@@ -157,9 +157,9 @@ def _chinese_names(text: str) -> list[str]:
         return []
     import jieba.posseg as pseg
 
-    from ..text import _jieba
+    from ..text import jieba_tokenizer
 
-    _jieba()  # the project's words (飞桨, 张量并行 ...) first
+    jieba_tokenizer()  # the project's words (飞桨, 张量并行 ...) first
     words = [(w, flag) for w, flag in pseg.lcut(text) if w.strip()]
     # the noun an interrogative pronoun governs is what is asked for, not a name: "切分了哪些东西" (东西 is tagged a
     # place name)
