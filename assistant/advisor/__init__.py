@@ -15,7 +15,7 @@ from typing import Any
 
 from ..interfaces import Searcher
 from ..text import split_sentences
-from ..types import Citation
+from ..types import SNIPPET_MAX, Citation, Numbering
 from .rubric import CandidateScore, Fact, Rubric, load_rubric, resolve_facts, score
 from .scenario import HARDWARE, STAGES, Scenario, merge_situation, parse_free_text, situation_from_turns, to_scenario
 
@@ -45,24 +45,21 @@ class Advice:
 
 
 class _Citations:
-    """Numbers passages 1..N in order of first use; one number per passage."""
+    """The facts' passages as citations, numbered 1..N in order of first use; one number per passage."""
 
     def __init__(self, resolved: dict[str, Any]) -> None:
         self.resolved = resolved
-        self.by_chunk: dict[str, int] = {}
+        self.numbers: Numbering[str] = Numbering()  # chunk id -> n
         self.records: list[dict[str, Any]] = []
 
     def cite(self, fact: Fact) -> int:
         hit = self.resolved[fact.id]
         c = hit.chunk
-        if c.id not in self.by_chunk:
-            n = len(self.records) + 1
-            self.by_chunk[c.id] = n
-            snippet = c.text if len(c.text) <= 400 else c.text[:400] + "…"
-            self.records.append(Citation(n, c.id, c.title, list(c.heading_path), c.url or c.source, list(c.lines),
-                                         snippet, round(float(hit.dense), 4), True, url=c.url, licence=c.licence,
-                                         publisher=c.publisher, date=c.date).to_dict() | {"path": c.source})
-        return self.by_chunk[c.id]
+        n = self.numbers.number(c.id)
+        if n > len(self.records):
+            snippet = c.text if len(c.text) <= SNIPPET_MAX else c.text[:SNIPPET_MAX] + "…"
+            self.records.append(Citation.from_chunk(n, c, snippet, hit.dense).to_dict(link=True))
+        return n
 
     def evidence(self, fact: Fact) -> str:
         """The sentence of the fact's passage that holds one of its match strings (what the fact rests on)."""

@@ -15,7 +15,6 @@ Does not decide that a question is a selection (advisor/intent.py), rank (adviso
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,8 +24,8 @@ from ..advisor.intent import is_selection_question, is_within_choice
 from ..advisor.scenario import parse_free_text
 from ..frameworks import find_frameworks
 from ..text import cjk_count, split_sentences, tokenize
-from ..types import Chunk, Citation, Hit
-from .citations import CitationChecker, citation_record, is_factual, parse_markers
+from ..types import Chunk, Citation, Hit, Numbering
+from .citations import CitationChecker, citation_record, is_factual, parse_markers, renumber
 from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
 from .prompt import Source as PromptSource
 
@@ -89,7 +88,7 @@ def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: s
     """The selection answer's parts from an Advice (as `Advice.to_dict()`); `passage` looks a chunk up by id."""
     ranking = [r for r in advice["ranking"] if not restrict or r["name"] in restrict] or advice["ranking"]
     records = {c["n"]: c for c in advice["citations"]}
-    numbers: dict[int, int] = {}  # the Advice's passage number -> the answer's
+    numbers: Numbering[int] = Numbering()  # the Advice's passage number -> the answer's
     sources: list[PromptSource] = []
     citations: dict[int, Citation] = {}
 
@@ -100,8 +99,7 @@ def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: s
             chunk = passage(rec["chunk_id"])
             if chunk is None:
                 return 0
-            n = len(sources) + 1
-            numbers[old] = n
+            n = numbers.number(old)
             sources.append(PromptSource(n, Hit(chunk, float(rec.get("support", 0.0)), float(rec.get("support", 0.0))),
                                         reason["text"]))
             citations[n] = citation_record(sources[-1], reason.get("evidence", ""), float(rec.get("support", 0.0)))
@@ -373,7 +371,7 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
         text += "\n\n" + _CHANGE_LEAD[p.lang] + sep + change_text.rstrip("。.") + ("：" if p.lang == "zh" else ":") \
             + "\n\n" + _end(fact, nums[0])  # a paragraph of its own: the fact is one sentence, the lead-in another
     text = p.situation + "\n\n" + text
-    text, cites = _renumber(text, citations)
+    text, cites = renumber(text, citations.values(), only_cited=True)
     by_chunk = {s.hit.chunk.id: s.hit for s in p.sources}
     diagnostics = {"selection": {"recommended": p.recommended, "model_reasons": model_reasons,
                                  "removed_sentences": checked.removed_sentences if checked else [],
@@ -381,14 +379,3 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
                    "raw_answer": raw, "factual_sentences": checked.factual_sentences if checked else 0,
                    "supported_sentences": checked.supported_sentences if checked else 0}
     return SelectionResult(text, cites, diagnostics, [by_chunk[c.chunk_id] for c in cites if c.chunk_id in by_chunk])
-
-
-def _renumber(text: str, citations: dict[int, Citation]) -> tuple[str, list[Citation]]:
-    """Citations numbered 1..N in order of first appearance; only those the text uses."""
-    order: dict[int, int] = {}
-    for m in re.finditer(r"\[(\d+)\]", text):
-        n = int(m.group(1))
-        if n in citations and n not in order:
-            order[n] = len(order) + 1
-    text = re.sub(r"\[(\d+)\]", lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else "", text)
-    return text, [dataclasses.replace(citations[old], n=new) for old, new in sorted(order.items(), key=lambda kv: kv[1])]
