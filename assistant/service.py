@@ -397,7 +397,7 @@ class AssistantService:
         sc = situation_from_turns([*user_turns, question])
         sc.lang = lang
         try:
-            advice = self.advise(sc).to_dict()
+            advice = self.advise(sc)
         except (UserError, ValueError, KeyError, IndexError) as exc:  # e.g. no rubric fact resolves in this index
             log.warning("selection question answered on the fact path: the Advisor failed (%s)", exc)
             return None
