@@ -4,12 +4,13 @@ Owns the shape of an `Advice` and its JSON (`Advice.to_dict()`, the contract of 
 adapters): the ranked candidates with their cited reasons, the candidate x criterion table, what would change the
 top choice, the trial plan, the margin between the first two and a tie, and the cited passages
 (assistant.types.Citation, numbered 1..N in order of first use; every `citations` list of numbers points into them).
-It builds nothing (assistant/advisor/__init__.py assembles an Advice) and imports no parser of a situation, so the
-answer path may read it (.importlinter).
+A record's field order is its JSON's key order (dataclasses.asdict); the cited passages are written with their
+link (`Citation.to_dict(link=True)`). It builds nothing (assistant/advisor/__init__.py assembles an Advice) and
+imports no parser of a situation, so the answer path may read it (.importlinter).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..types import Citation
@@ -27,10 +28,6 @@ class Reason:
     source: str
     evidence: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "citations": self.citations, "criterion": self.criterion, "points": self.points,
-                "source": self.source, "evidence": self.evidence}
-
 
 @dataclass
 class RankedCandidate:
@@ -44,8 +41,7 @@ class RankedCandidate:
     citations: list[Citation] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "score": self.score, "criteria": dict(self.criteria),
-                "reasons": [r.to_dict() for r in self.reasons], "citations": [c.to_dict(link=True) for c in self.citations]}
+        return asdict(self) | {"citations": [c.to_dict(link=True) for c in self.citations]}
 
 
 @dataclass
@@ -56,18 +52,12 @@ class Cell:
     text: str
     citations: list[int]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"score": self.score, "text": self.text, "citations": self.citations}
-
 
 @dataclass
 class Row:
     name: str
     score: float
     cells: dict[str, Cell]  # criterion -> cell
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "score": self.score, "cells": {k: c.to_dict() for k, c in self.cells.items()}}
 
 
 @dataclass
@@ -79,10 +69,6 @@ class Table:
     labels: dict[str, str]
     weights: dict[str, float]
     rows: list[Row]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"criteria": self.criteria, "labels": self.labels, "weights": dict(self.weights),
-                "rows": [r.to_dict() for r in self.rows]}
 
 
 @dataclass
@@ -97,10 +83,6 @@ class Change:
     citations: list[int]
     reasons: list[Reason]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "field": self.field, "value": self.value, "new_top": self.new_top,
-                "citations": self.citations, "reasons": [r.to_dict() for r in self.reasons]}
-
 
 @dataclass
 class TrialPlan:
@@ -111,10 +93,6 @@ class TrialPlan:
     steps: list[str]
     measure: list[str]
     citations: list[int]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"candidates": self.candidates, "text": self.text, "steps": self.steps, "measure": self.measure,
-                "citations": self.citations}
 
 
 @dataclass
@@ -129,10 +107,6 @@ class Margin:
     tie_epsilon: float
     narrow_below: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"top": self.top, "runner_up": self.runner_up, "value": self.value, "label": self.label,
-                "tie_epsilon": self.tie_epsilon, "narrow_below": self.narrow_below}
-
 
 @dataclass
 class TieChoice:
@@ -142,18 +116,12 @@ class TieChoice:
     score: float
     choose_if: list[Reason]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"candidate": self.candidate, "score": self.score, "choose_if": [r.to_dict() for r in self.choose_if]}
-
 
 @dataclass
 class Tie:
     candidates: list[str]
     text: str
     decides: list[TieChoice]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"candidates": self.candidates, "text": self.text, "decides": [d.to_dict() for d in self.decides]}
 
 
 @dataclass
@@ -173,8 +141,8 @@ class Advice:
     tie: Tie | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary, "margin": self.margin.to_dict(),
-                "tie": self.tie.to_dict() if self.tie else None, "ranking": [r.to_dict() for r in self.ranking],
-                "table": self.table.to_dict(), "what_would_change": [w.to_dict() for w in self.what_would_change],
-                "trial_plan": self.trial_plan.to_dict(), "citations": [c.to_dict(link=True) for c in self.citations],
-                "scenario": self.scenario, "language": self.language, "dropped_facts": self.dropped_facts}
+        return {"summary": self.summary, "margin": asdict(self.margin), "tie": asdict(self.tie) if self.tie else None,
+                "ranking": [r.to_dict() for r in self.ranking], "table": asdict(self.table),
+                "what_would_change": [asdict(w) for w in self.what_would_change], "trial_plan": asdict(self.trial_plan),
+                "citations": [c.to_dict(link=True) for c in self.citations], "scenario": self.scenario,
+                "language": self.language, "dropped_facts": self.dropped_facts}
