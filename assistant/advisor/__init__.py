@@ -24,7 +24,6 @@ __all__ = ["Advice", "Scenario", "advise", "parse_free_text", "merge_situation",
 NARROW_MARGIN = 0.05  # below this (and above the tie epsilon) the lead is reported as narrow
 
 
-
 class _Citations:
     """The facts' passages as citations, numbered 1..N in order of first use; one number per passage."""
 
