@@ -1,16 +1,19 @@
 """Domain types shared by every layer: documents, chunks, hits, citations, answers.
 
-These are the project's own types. Library types (Chroma results, llama.cpp
+Owns the one way a citation is made (`Citation.from_chunk`) and numbered (`Numbering`): the Advisor's passages,
+the selection answer's sources and every answer's [n] go through them. These are the project's own types. Library types (Chroma results, llama.cpp
 responses, pydantic request bodies) are converted to these at the edges.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 UPLOADS_FOLDER = "uploads"  # an uploaded document's source is uploads/<document id>/<file name> (assistant/documents.py)
 _UPLOAD_SOURCE = re.compile(r"^uploads/[0-9a-f]{32}/")
+SNIPPET_MAX = 400  # characters of a passage a citation shows at most
 SourceKind = Literal["upload", "corpus"]
 
 
@@ -126,13 +129,13 @@ class Hit:
 
 @dataclass
 class Citation:
-    """One [n] of an answer, resolved to the passage it points at and checked against it."""
+    """One [n] of an answer or of the Advisor's result, resolved to the passage it points at and checked against it."""
 
     n: int
     chunk_id: str
     title: str
     heading_path: list[str]
-    source: str
+    source: str  # the passage's Chunk.source: its path (relative to the docs root when possible) or URL
     lines: list[int]
     snippet: str
     support: float
@@ -142,8 +145,48 @@ class Citation:
     publisher: str = ""
     date: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    @classmethod
+    def from_chunk(cls, n: int, chunk: Chunk, snippet: str, support: float) -> Citation:
+        """The citation [n] of a passage: the chunk's identity and provenance, the words shown (`snippet`, cut by
+        the caller to at most SNIPPET_MAX characters) and how well they support what cites them."""
+        return cls(n=n, chunk_id=chunk.id, title=chunk.title, heading_path=list(chunk.heading_path),
+                   source=chunk.source, lines=list(chunk.lines), snippet=snippet, support=round(float(support), 4),
+                   supported=True, url=chunk.url, licence=chunk.licence, publisher=chunk.publisher, date=chunk.date)
+
+    def to_dict(self, link: bool = False) -> dict[str, Any]:
+        """The JSON of an answer's citation; with `link`, as Hit.to_dict writes a passage (the Advisor's JSON):
+        `source` is where a reader opens it (its url, else its source) and `path` its source."""
+        d = asdict(self)
+        if link:
+            d["source"] = self.url or self.source
+            d["path"] = self.source
+        return d
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Numbering(Generic[K]):
+    """Numbers 1..N in order of first use, one number per key (a passage, a citation's earlier number)."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[K, int] = {}
+
+    def number(self, key: K) -> int:
+        """The key's number; the next one at its first use."""
+        return self._numbers.setdefault(key, len(self._numbers) + 1)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._numbers
+
+    def __getitem__(self, key: K) -> int:
+        return self._numbers[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._numbers)
+
+    def __len__(self) -> int:
+        return len(self._numbers)
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def test_every_fact_resolves_to_a_matching_passage(adv_service):
     ({"text": "PhD student with one GPU exploring new architectures, I know PyTorch and debug with pdb."}, {"PyTorch"}),
 ])
 def test_known_outcomes(adv_service, scenario, expected):
-    assert advise(adv_service, scenario).ranking[0]["name"] in expected
+    assert advise(adv_service, scenario).ranking[0].name in expected
 
 
 def test_advice_structure_and_citations(adv_service):

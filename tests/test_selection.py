@@ -216,13 +216,15 @@ def test_a_model_reason_that_moves_a_fact_to_another_framework_gives_way():
 
 def test_every_rubric_fact_is_one_sentence_in_the_answer():
     """A fact shown as "A；B[n]" is two sentences to the citation check and the eval, the first uncited."""
+    from assistant.advisor.advice import Reason
     from assistant.advisor.rubric import load_rubric
     from assistant.answer.selection import _claim, _end
     from assistant.text import split_sentences
 
     for fact in load_rubric().facts:
         for lang in ("zh", "en"):
-            text = _end(_claim({"text": fact.claim[lang].replace("{base}", "PyTorch"), "criterion": fact.criterion}), 1)
+            reason = Reason(fact.claim[lang].replace("{base}", "PyTorch"), [1], fact.criterion, fact.points, fact.source, "")
+            text = _end(_claim(reason), 1)
             assert len(split_sentences(text)) == 1, (fact.id, lang, text)
 
 

@@ -7,15 +7,16 @@ reasons, a candidate x criterion table in which every cell cites a passage, the 
 what would change the top choice (the rubric re-run with one field changed), and the article's trial plan for
 the two top candidates.
 Deterministic and model-free: it uses `service.search` only, never the language model.
+Owns the assembly of an Advice (its types and JSON are advice.py's) and the numbering of its passages.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..interfaces import Searcher
 from ..text import split_sentences
-from ..types import Citation
+from ..types import SNIPPET_MAX, Citation, Numbering
+from .advice import Advice, Cell, Change, Margin, RankedCandidate, Reason, Row, Table, Tie, TieChoice, TrialPlan
 from .rubric import CandidateScore, Fact, Rubric, load_rubric, resolve_facts, score
 from .scenario import HARDWARE, STAGES, Scenario, merge_situation, parse_free_text, situation_from_turns, to_scenario
 
@@ -23,46 +24,22 @@ __all__ = ["Advice", "Scenario", "advise", "parse_free_text", "merge_situation",
 NARROW_MARGIN = 0.05  # below this (and above the tie epsilon) the lead is reported as narrow
 
 
-@dataclass
-class Advice:
-    ranking: list[dict[str, Any]]
-    table: dict[str, Any]
-    what_would_change: list[dict[str, Any]]
-    trial_plan: dict[str, Any]
-    citations: list[dict[str, Any]]
-    scenario: dict[str, Any]
-    language: str
-    summary: str = ""
-    dropped_facts: list[str] = field(default_factory=list)
-    margin: dict[str, Any] = field(default_factory=dict)
-    tie: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary, "margin": self.margin, "tie": self.tie, "ranking": self.ranking, "table": self.table,
-                "what_would_change": self.what_would_change, "trial_plan": self.trial_plan,
-                "citations": self.citations, "scenario": self.scenario, "language": self.language,
-                "dropped_facts": self.dropped_facts}
-
-
 class _Citations:
-    """Numbers passages 1..N in order of first use; one number per passage."""
+    """The facts' passages as citations, numbered 1..N in order of first use; one number per passage."""
 
     def __init__(self, resolved: dict[str, Any]) -> None:
         self.resolved = resolved
-        self.by_chunk: dict[str, int] = {}
-        self.records: list[dict[str, Any]] = []
+        self.numbers: Numbering[str] = Numbering()  # chunk id -> n
+        self.records: list[Citation] = []
 
     def cite(self, fact: Fact) -> int:
         hit = self.resolved[fact.id]
         c = hit.chunk
-        if c.id not in self.by_chunk:
-            n = len(self.records) + 1
-            self.by_chunk[c.id] = n
-            snippet = c.text if len(c.text) <= 400 else c.text[:400] + "…"
-            self.records.append(Citation(n, c.id, c.title, list(c.heading_path), c.url or c.source, list(c.lines),
-                                         snippet, round(float(hit.dense), 4), True, url=c.url, licence=c.licence,
-                                         publisher=c.publisher, date=c.date).to_dict() | {"path": c.source})
-        return self.by_chunk[c.id]
+        n = self.numbers.number(c.id)
+        if n > len(self.records):
+            snippet = c.text if len(c.text) <= SNIPPET_MAX else c.text[:SNIPPET_MAX] + "…"
+            self.records.append(Citation.from_chunk(n, c, snippet, hit.dense))
+        return n
 
     def evidence(self, fact: Fact) -> str:
         """The sentence of the fact's passage that holds one of its match strings (what the fact rests on)."""
@@ -72,10 +49,9 @@ class _Citations:
                 return " ".join(sentence.split())
         return " ".join(text.split())[:300]
 
-    def reason(self, fact: Fact, lang: str) -> dict[str, Any]:
+    def reason(self, fact: Fact, lang: str) -> Reason:
         """A fact as a cited reason: its claim, the passage number, where it comes from and the sentence it rests on."""
-        return {"text": fact.claim[lang], "citations": [self.cite(fact)], "criterion": fact.criterion,
-                "points": fact.points, "source": fact.source, "evidence": self.evidence(fact)}
+        return Reason(fact.claim[lang], [self.cite(fact)], fact.criterion, fact.points, fact.source, self.evidence(fact))
 
 
 def advise(service: Searcher, scenario: Scenario | dict[str, Any] | str) -> Advice:
@@ -87,26 +63,27 @@ def advise(service: Searcher, scenario: Scenario | dict[str, Any] | str) -> Advi
     lang = sc.lang
     ranking = [_ranking_entry(rubric, cs, cites, lang) for cs in ranked]
     table = _table(rubric, ranked, cites, lang)
-    for entry, row in zip(ranking, table["rows"], strict=True):
-        nums = sorted({n for r in entry["reasons"] for n in r["citations"]} |
-                      {n for cell in row["cells"].values() for n in cell["citations"]})
-        entry["citations"] = [cites.records[n - 1] for n in nums]
+    for entry, row in zip(ranking, table.rows, strict=True):
+        nums = sorted({n for r in entry.reasons for n in r.citations} |
+                      {n for cell in row.cells.values() for n in cell.citations})
+        entry.citations = [cites.records[n - 1] for n in nums]
     changes = what_would_change(rubric, sc, resolved, ranked, cites)
     plan = _trial_plan(rubric, ranked, cites, lang)
     dropped = sorted(f.id for f in rubric.facts if f.id not in resolved)
     margin = _margin(rubric, ranked)
     tie = _tie(rubric, ranked, cites, lang)
-    return Advice(ranking, table, changes, plan, cites.records, sc.to_dict(), lang,
-                  _summary(ranked, margin, tie, lang), dropped, margin, tie)
+    return Advice(ranking=ranking, table=table, what_would_change=changes, trial_plan=plan, citations=cites.records,
+                  scenario=sc.to_dict(), language=lang, summary=_summary(ranked, margin, tie, lang),
+                  dropped_facts=dropped, margin=margin, tie=tie)
 
 
 # ---- ranking and table ---------------------------------------------------------------------------
-def _ranking_entry(rubric: Rubric, cs: CandidateScore, cites: _Citations, lang: str) -> dict[str, Any]:
+def _ranking_entry(rubric: Rubric, cs: CandidateScore, cites: _Citations, lang: str) -> RankedCandidate:
     weighted = [(rubric.weights[c] * f.points, f) for c, fs in cs.facts.items() for f in fs if f.points]
     pros = sorted((w for w in weighted if w[0] > 0), key=lambda w: (-w[0], w[1].id))[:4]
     cons = sorted((w for w in weighted if w[0] < 0), key=lambda w: (w[0], w[1].id))[:2]
     reasons = [cites.reason(f, lang) for _, f in pros + cons]
-    return {"name": cs.name, "score": cs.total, "criteria": dict(cs.criteria), "reasons": reasons, "citations": []}
+    return RankedCandidate(cs.name, cs.total, dict(cs.criteria), reasons)
 
 
 def _cell_facts(rubric: Rubric, cs: CandidateScore, criterion: str, resolved: dict[str, Any]) -> tuple[list[Fact], bool]:
@@ -121,7 +98,7 @@ def _cell_facts(rubric: Rubric, cs: CandidateScore, criterion: str, resolved: di
     return ([rubric.trial_fact] if rubric.trial_fact.id in resolved else []), False
 
 
-def _table(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> dict[str, Any]:
+def _table(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> Table:
     criteria = list(rubric.weights)
     rows = []
     for cs in ranked:
@@ -129,11 +106,11 @@ def _table(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang
         for crit in criteria:
             facts, scored = _cell_facts(rubric, cs, crit, cites.resolved)
             prefix = "" if scored else ("（本场景不计分）" if lang == "zh" else "(not scored here) ")
-            cells[crit] = {"score": cs.criteria[crit], "text": prefix + " ".join(f.claim[lang] for f in facts[:3]),
-                           "citations": sorted({cites.cite(f) for f in facts[:3]})}
-        rows.append({"name": cs.name, "score": cs.total, "cells": cells})
+            cells[crit] = Cell(cs.criteria[crit], prefix + " ".join(f.claim[lang] for f in facts[:3]),
+                               sorted({cites.cite(f) for f in facts[:3]}))
+        rows.append(Row(cs.name, cs.total, cells))
     labels = {c: rubric.criteria[c][lang] for c in criteria}
-    return {"criteria": criteria, "labels": labels, "weights": dict(rubric.weights), "rows": rows}
+    return Table(criteria, labels, dict(rubric.weights), rows)
 
 
 # ---- what would change ---------------------------------------------------------------------------
@@ -168,10 +145,10 @@ def _variations(sc: Scenario) -> list[tuple[str, Any, Scenario]]:
 
 
 def what_would_change(rubric: Rubric, sc: Scenario, resolved: dict[str, Any], ranked: list[CandidateScore],
-                      cites: _Citations, limit: int = 6) -> list[dict[str, Any]]:
+                      cites: _Citations, limit: int = 6) -> list[Change]:
     """Re-run the rubric with one field changed; report the changes that change the top choice."""
     lang, top = sc.lang, ranked[0]
-    out: list[dict[str, Any]] = []
+    out: list[Change] = []
     seen: set[tuple[str, str]] = set()
     for fld, value, alt in _variations(sc):
         new = score(rubric, alt, resolved)[0]
@@ -182,9 +159,8 @@ def what_would_change(rubric: Rubric, sc: Scenario, resolved: dict[str, Any], ra
         if not facts:
             continue
         seen.add((fld, new.name))
-        out.append({"text": _change_text(lang, fld, value, new.name, top.name), "field": fld, "value": value,
-                    "new_top": new.name, "citations": sorted({cites.cite(f) for f in facts}),
-                    "reasons": [cites.reason(f, lang) for f in facts]})
+        out.append(Change(_change_text(lang, fld, value, new.name, top.name), fld, value, new.name,
+                          sorted({cites.cite(f) for f in facts}), [cites.reason(f, lang) for f in facts]))
         if len(out) >= limit:
             break
     return out
@@ -205,7 +181,7 @@ def _change_text(lang: str, fld: str, value: Any, new: str, old: str) -> str:
 
 
 # ---- trial plan and summary ----------------------------------------------------------------------
-def _trial_plan(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> dict[str, Any]:
+def _trial_plan(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> TrialPlan:
     a, b = ranked[0].name, ranked[1].name
     tp = rubric.trial_plan
     if lang == "zh":
@@ -220,20 +196,18 @@ def _trial_plan(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations,
                  "Run the same number of steps on your target hardware and record the measures below.",
                  "Decide with the team's familiarity and the table above in mind."]
     cited = [cites.cite(rubric.trial_fact)] if rubric.trial_fact.id in cites.resolved else []
-    return {"candidates": [a, b], "text": tp[lang], "steps": steps, "measure": list(tp["measure"][lang]),
-            "citations": cited}
+    return TrialPlan([a, b], tp[lang], steps, list(tp["measure"][lang]), cited)
 
 
 # ---- margin, tie and summary ---------------------------------------------------------------------
-def _margin(rubric: Rubric, ranked: list[CandidateScore]) -> dict[str, Any]:
+def _margin(rubric: Rubric, ranked: list[CandidateScore]) -> Margin:
     a, b = ranked[0], ranked[1]
     value = round(a.total - b.total, 4)
     label = "tie" if value < rubric.tie_epsilon else "narrow" if value < NARROW_MARGIN else "clear"
-    return {"top": a.name, "runner_up": b.name, "value": value, "label": label, "tie_epsilon": rubric.tie_epsilon,
-            "narrow_below": NARROW_MARGIN}
+    return Margin(a.name, b.name, value, label, rubric.tie_epsilon, NARROW_MARGIN)
 
 
-def _tie(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> dict[str, Any] | None:
+def _tie(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: str) -> Tie | None:
     """When the first candidates are within the epsilon: each one's strongest cited facts the others lack."""
     tied = [cs for cs in ranked if ranked[0].total - cs.total < rubric.tie_epsilon]
     if len(tied) < 2:
@@ -246,26 +220,25 @@ def _tie(rubric: Rubric, ranked: list[CandidateScore], cites: _Citations, lang: 
     for cs in tied:
         others = {f.id.split(":")[0] for o in tied if o is not cs for _, f in own(o)}
         distinct = sorted((w for w in own(cs) if w[1].id.split(":")[0] not in others), key=lambda w: (-w[0], w[1].id))[:2]
-        decides.append({"candidate": cs.name, "score": cs.total,
-                        "choose_if": [cites.reason(f, lang) for _, f in distinct]})
+        decides.append(TieChoice(cs.name, cs.total, [cites.reason(f, lang) for _, f in distinct]))
     names = [cs.name for cs in tied]
     if lang == "zh":
         text = f"{'、'.join(names)} 打平（分差小于 {rubric.tie_epsilon}），决定因素见下。"
     else:
         text = f"{' and '.join(names)} tie (within {rubric.tie_epsilon}); what decides between them follows."
-    return {"candidates": names, "text": text, "decides": decides}
+    return Tie(names, text, decides)
 
 
-def _summary(ranked: list[CandidateScore], margin: dict[str, Any], tie: dict[str, Any] | None, lang: str) -> str:
+def _summary(ranked: list[CandidateScore], margin: Margin, tie: Tie | None, lang: str) -> str:
     a, b = ranked[0], ranked[1]
-    gap = margin["value"]
+    gap = margin.value
     if tie:
-        names = tie["candidates"]
+        names = tie.candidates
         if lang == "zh":
-            return f"{'、'.join(names)} 打平（{a.total:.2f} 对 {b.total:.2f}，分差 {gap:.3f} 小于 {margin['tie_epsilon']}）。"
-        return f"Tie: {' and '.join(names)} ({a.total:.2f} vs {b.total:.2f}, {gap:.3f} apart, within {margin['tie_epsilon']})."
+            return f"{'、'.join(names)} 打平（{a.total:.2f} 对 {b.total:.2f}，分差 {gap:.3f} 小于 {margin.tie_epsilon}）。"
+        return f"Tie: {' and '.join(names)} ({a.total:.2f} vs {b.total:.2f}, {gap:.3f} apart, within {margin.tie_epsilon})."
     if lang == "zh":
-        word = "领先较小" if margin["label"] == "narrow" else "明显领先"
+        word = "领先较小" if margin.label == "narrow" else "明显领先"
         return f"推荐 {a.name}（得分 {a.total:.2f}），其次是 {b.name}（{b.total:.2f}），领先 {gap:.2f}（{word}）。"
-    word = "a narrow lead" if margin["label"] == "narrow" else "a clear lead"
+    word = "a narrow lead" if margin.label == "narrow" else "a clear lead"
     return f"Recommended: {a.name} (score {a.total:.2f}); runner-up: {b.name} ({b.total:.2f}), {gap:.2f} behind ({word})."

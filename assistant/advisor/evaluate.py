@@ -10,13 +10,14 @@ from typing import Any
 
 from ..interfaces import Searcher
 from . import advise
+from .advice import Advice
 
 
-def _cell_validity(advice: dict[str, Any]) -> tuple[int, int]:
+def _cell_validity(advice: Advice) -> tuple[int, int]:
     """(valid cells, cells): a cell is valid when it cites at least one number and every number is a record."""
-    numbers = {c["n"] for c in advice["citations"]}
-    cells = [cell for row in advice["table"]["rows"] for cell in row["cells"].values()]
-    valid = sum(1 for cell in cells if cell["citations"] and all(n in numbers for n in cell["citations"]))
+    numbers = {c.n for c in advice.citations}
+    cells = [cell for row in advice.table.rows for cell in row.cells.values()]
+    valid = sum(1 for cell in cells if cell.citations and all(n in numbers for n in cell.citations))
     return valid, len(cells)
 
 
@@ -26,16 +27,16 @@ def score_case(service: Searcher, case: dict[str, Any]) -> dict[str, Any]:
         scenario.setdefault("lang", case["lang"])
     if not scenario and case.get("text"):
         scenario = {"text": case["text"]}
-    advice = advise(service, scenario).to_dict()
-    names = [r["name"] for r in advice["ranking"]]
+    advice = advise(service, scenario)
+    names = [r.name for r in advice.ranking]
     expected = case["expected_top1"]
     acceptable = case.get("acceptable") or [expected]
     valid, cells = _cell_validity(advice)
-    return {"id": case.get("id", ""), "lang": advice["language"], "expected_top1": expected, "acceptable": acceptable,
-            "top1": names[0], "top2": names[1], "ranking": [(r["name"], r["score"]) for r in advice["ranking"]],
+    return {"id": case.get("id", ""), "lang": advice.language, "expected_top1": expected, "acceptable": acceptable,
+            "top1": names[0], "top2": names[1], "ranking": [(r.name, r.score) for r in advice.ranking],
             "top1_correct": names[0] == expected, "top2_correct": expected in names[:2] or names[0] in acceptable,
             "acceptable_top1": names[0] in acceptable, "valid_cells": valid, "cells": cells,
-            "what_would_change": [w["text"] for w in advice["what_would_change"]]}
+            "what_would_change": [w.text for w in advice.what_would_change]}
 
 
 def score_cases(service: Searcher, cases: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:

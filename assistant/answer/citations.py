@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +27,7 @@ from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, USER_SITUATION
 from ..text import HAN, cjk_count, split_sentences, starts_with_pronoun, tokenize
-from ..types import Citation
+from ..types import SNIPPET_MAX, Citation, Numbering
 from .prompt import Source
 
 # "[1], [2]": the commas go too. At most 6 digits a number: a longer one is no source number, and int() refuses
@@ -427,19 +428,25 @@ def _snippet(claim: str, sents: list[str], best: int) -> str:
 _CITED = re.compile(r"\[(\d+)\]")
 
 
-def renumber(text: str, citations: list[Citation]) -> tuple[str, list[Citation]]:
+def renumber(text: str, citations: Iterable[Citation], only_cited: bool = False) -> tuple[str, list[Citation]]:
     """The answer's citations numbered [1].. in the order the text first cites them (the text's markers with
-    them): the one numbering users see, whatever numbers the prompt gave its passages."""
-    cited = {c.n for c in citations}
-    order: dict[int, int] = {}
+    them): the one numbering users see, whatever numbers the prompt gave its passages. Citations the text does
+    not cite follow in their old order, and a marker of no citation stays as written; `only_cited` (an answer put
+    together from parts, where such a marker is a passage that could not be looked up) drops both."""
+    by_n = {c.n: c for c in citations}
+    order: Numbering[int] = Numbering()
     for m in _CITED.finditer(text):
+        if int(m.group(1)) in by_n:
+            order.number(int(m.group(1)))
+    if not only_cited:
+        for n in sorted(set(by_n) - set(order)):
+            order.number(n)
+
+    def mark(m: re.Match[str]) -> str:
         n = int(m.group(1))
-        if n in cited and n not in order:
-            order[n] = len(order) + 1
-    for n in sorted(cited - set(order)):
-        order[n] = len(order) + 1
-    text = _CITED.sub(lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else m.group(0), text)
-    return text, sorted((dataclasses.replace(c, n=order[c.n]) for c in citations), key=lambda c: c.n)
+        return f"[{order[n]}]" if n in order else "" if only_cited else m.group(0)
+
+    return _CITED.sub(mark, text), sorted((dataclasses.replace(by_n[n], n=order[n]) for n in order), key=lambda c: c.n)
 
 
 # ---- a sentence that lists the items of sibling passages ----------------------------------------------------------
@@ -513,11 +520,9 @@ def _listed(sentence: str, support: np.ndarray, groups: list[list[int]], sources
 
 
 def citation_record(src: Source, snippet: str, score: float) -> Citation:
-    """The Citation of a source as shown: its chunk's identity and provenance, the snippet and its support."""
-    c = src.hit.chunk
-    return Citation(n=src.n, chunk_id=c.id, title=c.title, heading_path=list(c.heading_path), source=c.source,
-                    lines=list(c.lines), snippet=snippet.strip()[:400], support=round(score, 4), supported=True,
-                    url=c.url, licence=c.licence, publisher=c.publisher, date=c.date)
+    """The Citation of a source as shown: the snippet is the passage words that support the claim, cut at
+    SNIPPET_MAX characters."""
+    return Citation.from_chunk(src.n, src.hit.chunk, snippet.strip()[:SNIPPET_MAX], score)
 
 
 def _join(sentences: list[str]) -> str:

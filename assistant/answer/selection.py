@@ -1,6 +1,6 @@
 """Selection answers: a question that asks which framework to choose is answered from the Advisor's ranking.
 
-Owns what the chat shows for such a question, given the Advisor's `Advice` (assistant/advisor):
+Owns what the chat shows for such a question, given the Advisor's typed `Advice` (assistant/advisor/advice.py):
 - the situation the answer assumes, as parsed from the conversation: a lead-in line, never cited (it is the
   user's own words, not a claim);
 - the first sentence: the recommendation (or a plain tie and what decides it), citing the passage that states
@@ -15,16 +15,16 @@ Does not decide that a question is a selection (the router, assistant/route.py),
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..advisor.advice import Advice, RankedCandidate, Reason
 from ..frameworks import find_frameworks
 from ..text import cjk_count, split_sentences, tokenize
-from ..types import Chunk, Citation, Hit
-from .citations import CitationChecker, citation_record, is_factual, parse_markers
+from ..types import Chunk, Citation, Hit, Numbering
+from .citations import CitationChecker, citation_record, is_factual, parse_markers, renumber
 from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
 from .prompt import Source as PromptSource
 
@@ -50,66 +50,63 @@ class SelectionPlan:
     change: tuple[str, list[int], str] | None  # what would change the choice, the passages and the fact behind it
     sources: list[PromptSource]  # the cited passages, numbered as in the answer
     citations: dict[int, Citation] = field(default_factory=dict)  # the deterministic sentences' citations
-    advice: dict[str, Any] = field(default_factory=dict)
+    advice: dict[str, Any] = field(default_factory=dict)  # the Advice's JSON, as the answer carries it (Answer.advice)
 
 
-def plan(advice: dict[str, Any], passage: Callable[[str], Chunk | None], lang: str,
+def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str,
          restrict: list[str] | None = None) -> SelectionPlan:
-    """The selection answer's parts from an Advice (as `Advice.to_dict()`); `passage` looks a chunk up by id."""
-    ranking = [r for r in advice["ranking"] if not restrict or r["name"] in restrict] or advice["ranking"]
-    records = {c["n"]: c for c in advice["citations"]}
-    numbers: dict[int, int] = {}  # the Advice's passage number -> the answer's
+    """The selection answer's parts from the Advisor's result; `passage` looks a chunk up by id."""
+    ranking = [r for r in advice.ranking if not restrict or r.name in restrict] or advice.ranking
+    records = {c.n: c for c in advice.citations}
+    numbers: Numbering[int] = Numbering()  # the Advice's passage number -> the answer's
     sources: list[PromptSource] = []
     citations: dict[int, Citation] = {}
 
-    def cite(reason: dict[str, Any]) -> int:
-        old = reason["citations"][0]
+    def cite(reason: Reason) -> int:
+        old = reason.citations[0]
         if old not in numbers:
             rec = records[old]
-            chunk = passage(rec["chunk_id"])
+            chunk = passage(rec.chunk_id)
             if chunk is None:
                 return 0
-            n = len(sources) + 1
-            numbers[old] = n
-            sources.append(PromptSource(n, Hit(chunk, float(rec.get("support", 0.0)), float(rec.get("support", 0.0))),
-                                        reason["text"]))
-            citations[n] = citation_record(sources[-1], reason.get("evidence", ""), float(rec.get("support", 0.0)))
+            n = numbers.number(old)
+            sources.append(PromptSource(n, Hit(chunk, rec.support, rec.support), reason.text))
+            citations[n] = citation_record(sources[-1], reason.evidence, rec.support)
         return numbers[old]
 
-    epsilon = float(advice.get("margin", {}).get("tie_epsilon", 0.015))
     top = ranking[0]
-    tied = [r for r in ranking if top["score"] - r["score"] < epsilon][:3]
+    tied = [r for r in ranking if top.score - r.score < advice.margin.tie_epsilon][:3]
     if len(tied) >= 2:
         lead, recommended = _tie_lead(advice, tied, cite, lang)
-        led = {c["text"] for d in (advice.get("tie") or {}).get("decides", []) for c in d["choose_if"][:1]}
+        led = {c.text for d in (advice.tie.decides if advice.tie else []) for c in d.choose_if[:1]}
     else:
         lead, recommended = _recommend_lead(top, cite, lang)
-        g = _guidance(top["reasons"])
-        led = {g["text"]} if g else set()
+        g = _guidance(top.reasons)
+        led = {g.text} if g else set()
     reasons: list[tuple[str, int]] = []
-    for r in top["reasons"]:
-        if r["points"] > 0 and r["text"] not in led and len(reasons) < 3:
+    for r in top.reasons:
+        if r.points > 0 and r.text not in led and len(reasons) < 3:
             n = cite(r)
             if n:
                 reasons.append((_claim(r), n))  # the citation shows it is the article; the prefix goes
     change = None
-    for ch in advice.get("what_would_change", []):
-        if ch.get("new_top") in recommended or not ch.get("reasons"):
+    for ch in advice.what_would_change:
+        if ch.new_top in recommended or not ch.reasons:
             continue
-        n = cite(ch["reasons"][0])
+        n = cite(ch.reasons[0])
         if n:
-            change = (ch["text"], [n], _claim(ch["reasons"][0]))
+            change = (ch.text, [n], _claim(ch.reasons[0]))
             break
-    return SelectionPlan(lang, situation_line(advice.get("scenario", {}), lang), lead, recommended, reasons, change,
-                         sources, citations, advice)
+    return SelectionPlan(lang, situation_line(advice.scenario, lang), lead, recommended, reasons, change,
+                         sources, citations, advice.to_dict())
 
 
-def _claim(reason: dict[str, Any]) -> str:
+def _claim(reason: Reason) -> str:
     """What the passage says, as one claim: without the "The article:" prefix (the citation shows the source), and,
     for a team fact ("Your team already knows PyTorch; the article names the team's stack ... first"), without the
     clause that restates the user's situation: the situation line shows it, and no passage states it."""
-    text = _ARTICLE_PREFIX.sub("", reason["text"]).strip()
-    if reason.get("criterion") == "team":
+    text = _ARTICLE_PREFIX.sub("", reason.text).strip()
+    if reason.criterion == "team":
         _, sep, tail = text.partition("；" if "；" in text else "; ")
         if sep and tail.strip():
             text = tail.strip()
@@ -117,44 +114,44 @@ def _claim(reason: dict[str, Any]) -> str:
     return text[:1].upper() + text[1:] if text[:1].isascii() else text  # a sentence of its own ("if the model ...")
 
 
-def _guidance(reasons: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _guidance(reasons: list[Reason]) -> Reason | None:
     """The reason that states the guidance the recommendation follows: the strongest positive one from the article
     that says something of this candidate, else the strongest positive one. A team fact ("the article names the
     team's stack as the first consideration") leads only when nothing else does: it is about every candidate, so
     "We recommend X: <it>" says nothing of X that its passage states; it follows as a reason of its own."""
-    pos = [r for r in reasons if r["points"] > 0]
-    article = sorted((r for r in pos if "article" in r.get("source", "")), key=lambda r: r.get("criterion") == "team")
+    pos = [r for r in reasons if r.points > 0]
+    article = sorted((r for r in pos if "article" in r.source), key=lambda r: r.criterion == "team")
     return (article or pos)[0] if article or pos else None
 
 
-def _recommend_lead(top: dict[str, Any], cite: Callable[[dict[str, Any]], int], lang: str) -> tuple[str, list[str]]:
-    g = _guidance(top["reasons"])
+def _recommend_lead(top: RankedCandidate, cite: Callable[[Reason], int], lang: str) -> tuple[str, list[str]]:
+    g = _guidance(top.reasons)
     if g is None:
-        return (f"推荐 {top['name']}。" if lang == "zh" else f"We recommend {top['name']}."), [top["name"]]
+        return (f"推荐 {top.name}。" if lang == "zh" else f"We recommend {top.name}."), [top.name]
     claim = _claim(g)
-    if "article" in g.get("source", "") and not re.match(r"(?:文章|the article)", claim, re.IGNORECASE):
+    if "article" in g.source and not re.match(r"(?:文章|the article)", claim, re.IGNORECASE):
         claim = ("文章指出，" + claim) if lang == "zh" else "the article says " + _lower_first(claim)
     else:
         claim = _lower_first(claim)
     n = cite(g)
     claim = claim.replace("；", "，").replace("; ", ", ")  # one sentence, so that its [n] is the first sentence's
-    return _end(_LEAD[lang].format(name=top["name"], claim=claim), n), [top["name"]]
+    return _end(_LEAD[lang].format(name=top.name, claim=claim), n), [top.name]
 
 
-def _tie_lead(advice: dict[str, Any], tied: list[dict[str, Any]], cite: Callable[[dict[str, Any]], int],
+def _tie_lead(advice: Advice, tied: list[RankedCandidate], cite: Callable[[Reason], int],
               lang: str) -> tuple[str, list[str]]:
-    decides = {d["candidate"]: d["choose_if"] for d in (advice.get("tie") or {}).get("decides", [])}
+    decides = {d.candidate: d.choose_if for d in (advice.tie.decides if advice.tie else [])}
     parts = []
     for r in tied:
-        reason = (decides.get(r["name"]) or [_guidance(r["reasons"])])[0]
+        reason = (decides.get(r.name) or [_guidance(r.reasons)])[0]
         if reason is None:
             continue
         n = cite(reason)
-        text = _CHOOSE[lang].format(name=r["name"], claim_lc=_lower_first(_claim(reason).rstrip("。.")))
+        text = _CHOOSE[lang].format(name=r.name, claim_lc=_lower_first(_claim(reason).rstrip("。.")))
         parts.append(f"{text}[{n}]" if n else text)
-    names = ("、" if lang == "zh" else " and ").join(r["name"] for r in tied)
+    names = ("、" if lang == "zh" else " and ").join(r.name for r in tied)
     sep = "；" if lang == "zh" else "; "
-    return _TIE[lang].format(names=names, choices=sep.join(parts)) + ("。" if lang == "zh" else "."), [r["name"] for r in tied]
+    return _TIE[lang].format(names=names, choices=sep.join(parts)) + ("。" if lang == "zh" else "."), [r.name for r in tied]
 
 
 def _lower_first(text: str) -> str:
@@ -342,7 +339,7 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
         text += "\n\n" + _CHANGE_LEAD[p.lang] + sep + change_text.rstrip("。.") + ("：" if p.lang == "zh" else ":") \
             + "\n\n" + _end(fact, nums[0])  # a paragraph of its own: the fact is one sentence, the lead-in another
     text = p.situation + "\n\n" + text
-    text, cites = _renumber(text, citations)
+    text, cites = renumber(text, citations.values(), only_cited=True)
     by_chunk = {s.hit.chunk.id: s.hit for s in p.sources}
     diagnostics = {"selection": {"recommended": p.recommended, "model_reasons": model_reasons,
                                  "removed_sentences": checked.removed_sentences if checked else [],
@@ -350,14 +347,3 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
                    "raw_answer": raw, "factual_sentences": checked.factual_sentences if checked else 0,
                    "supported_sentences": checked.supported_sentences if checked else 0}
     return SelectionResult(text, cites, diagnostics, [by_chunk[c.chunk_id] for c in cites if c.chunk_id in by_chunk])
-
-
-def _renumber(text: str, citations: dict[int, Citation]) -> tuple[str, list[Citation]]:
-    """Citations numbered 1..N in order of first appearance; only those the text uses."""
-    order: dict[int, int] = {}
-    for m in re.finditer(r"\[(\d+)\]", text):
-        n = int(m.group(1))
-        if n in citations and n not in order:
-            order[n] = len(order) + 1
-    text = re.sub(r"\[(\d+)\]", lambda m: f"[{order[int(m.group(1))]}]" if int(m.group(1)) in order else "", text)
-    return text, [dataclasses.replace(citations[old], n=new) for old, new in sorted(order.items(), key=lambda kv: kv[1])]

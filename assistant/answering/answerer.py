@@ -158,7 +158,7 @@ class Answerer:
         answers then)."""
         svc = self.service
         try:
-            advice = svc.advise(route.situation.replace()).to_dict()
+            advice = svc.advise(route.situation.replace())
         except (UserError, ValueError, KeyError, IndexError) as exc:  # e.g. no rubric fact resolves in this index
             log.warning("selection question answered on the fact path: the Advisor failed (%s)", exc)
             return None
