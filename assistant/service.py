@@ -61,7 +61,7 @@ class AssistantService:
         self.documents = DocumentLibrary(self.settings, lambda: self.embedder, self._reopen)
         self.pins = Pins(self.settings, lambda: self.retriever.snap, lambda text: self.llm.count_tokens(text),
                          self.list_documents, self._pins_changed)
-        self.answerer = Answerer(self)  # every answer's one way through (assistant/answering/)
+        self.answerer: Answerer = Answerer(self)  # every answer's one way through (assistant/answering/)
 
     # ---- the engines (assistant/runtime.py) -----------------------------------------------------------
     @property
@@ -195,7 +195,7 @@ class AssistantService:
         stops the answer (assistant/stopping.py): "done" then carries what was written, `stopped` set; a
         consumer that closes this generator mid-answer stops it too, and what was written is stored.
         """
-        return self.answerer.stream(question, session_id, filters, ticket, owner=owner, client=client)
+        return self.answerer.answer_stream(question, session_id, filters, ticket, owner=owner, client=client)
 
     # ---- the pinned context (assistant/answering/pins.py) --------------------------------------------
     def pinned_context(self, snap: Any = None) -> pinning.PinnedContext:
@@ -296,7 +296,7 @@ class AssistantService:
         """Answer the session's last question again (at a higher temperature), or `question` in its place
         (the last question edited): the events of ask_stream; the turn keeps its id and its earlier versions
         (assistant/conversations.py)."""
-        return self.answerer.stream(question, session_id, None, ticket, owner=owner, client=client, regenerate=True)
+        return self.answerer.answer_stream(question, session_id, None, ticket, owner=owner, client=client, regenerate=True)
 
     def regenerate(self, session_id: str, question: str | None = None, ticket: Ticket | None = None, *,
                    owner: str | None = None, client: str | None = None) -> Answer:

@@ -63,7 +63,7 @@ class Answerer:
         self.service = service
         self.loop = AnswerLoop(service)
 
-    def stream(self, question: str | None, session_id: str | None, filters: Filters | Mapping[str, Any] | None,
+    def answer_stream(self, question: str | None, session_id: str | None, filters: Filters | Mapping[str, Any] | None,
                ticket: Ticket | None, *, owner: str | None, client: str | None,
                regenerate: bool = False) -> Iterator[Event]:
         """The events of one answer (see AssistantService.ask_stream). `regenerate`: a new version of the session's

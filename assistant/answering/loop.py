@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from .. import conversations, stopping
 from ..answer import pipeline
+from ..answer.citations import parse_markers
 from ..answer.pipeline import Generation, PipelineConfig, Result
 from ..answer.prompt import rewrite_messages
 from ..genqueue import Cancelled, GenerationQueue, Ticket
@@ -147,7 +148,7 @@ class AnswerLoop:
                              first: Generation) -> Generation:
         """The draft put into the question's language by the model, not streamed, at the base temperature (the
         small models copy the language of their evidence; asked again the same way, they copy it again); the first
-        draft stays when the rewrite is no better or a stop came. The citation check then runs on the rewrite."""
+        draft stays when the rewrite is no better (still off, or without the draft's citations) or a stop came. The citation check then runs on the rewrite."""
         config = dataclasses.replace(plan.config, temperature=min(plan.config.temperature, plan.base_temperature))
         pieces: list[str] = []
         for piece in llm.stream(rewrite_messages(first.text, plan.answer.language),
@@ -159,7 +160,9 @@ class AnswerLoop:
         text = "".join(pieces).strip()
         retry = {"first_draft": first.text, "kept": "rewrite"}
         plan.diagnostics["language_rewrite"] = retry
-        if not text or off_language(text, plan.answer.language):
+        cited = set(parse_markers(first.text)[1])
+        if not text or off_language(text, plan.answer.language) or (cited and not cited & set(parse_markers(text)[1])):
+            # in the other language still, or it lost the draft's citations: no better than the draft
             retry["kept"] = "first"
             return first
         usage = llm.last_usage
