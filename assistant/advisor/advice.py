@@ -16,6 +16,29 @@ from typing import Any
 from ..types import Citation
 
 
+@dataclass(frozen=True)
+class Situation:
+    """The parsed situation as the answer shows it (read from `Advice.scenario`, the Scenario's JSON): who, what they
+    know, the stage, the hardware, the model's size, the domain and the goals."""
+
+    team_size: int | None = None
+    org: str | None = None
+    known_frameworks: tuple[str, ...] = ()
+    stage: str | None = None
+    hardware: str | None = None
+    accelerators: int | None = None
+    accelerator: str | None = None
+    params: float | None = None
+    domain: str | None = None
+    goals: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Situation:
+        return cls(d.get("team_size"), d.get("org"), tuple(d.get("known_frameworks") or ()), d.get("stage"),
+                   d.get("hardware"), d.get("accelerators"), d.get("accelerator"), d.get("params"), d.get("domain"),
+                   tuple(d.get("goals") or ()))
+
+
 @dataclass
 class Reason:
     """A rubric fact as a cited reason: its claim, the passage number, the rubric's criterion and points, the

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..advisor.advice import Advice, RankedCandidate, Reason
+from ..advisor.advice import Advice, RankedCandidate, Reason, Situation
 from ..frameworks import find_frameworks
 from ..text import cjk_count, split_sentences, tokenize
 from ..types import Chunk, Citation, Hit, Numbering
@@ -97,7 +97,7 @@ def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str,
         if n:
             change = (ch.text, [n], _claim(ch.reasons[0]))
             break
-    return SelectionPlan(lang, situation_line(advice.scenario, lang), lead, recommended, reasons, change,
+    return SelectionPlan(lang, situation_line(Situation.from_dict(advice.scenario), lang), lead, recommended, reasons, change,
                          sources, citations, advice.to_dict())
 
 
@@ -183,31 +183,31 @@ _GOAL = {"zh": {"localisation": "国产化", "mobile": "移动端部署", "serve
          "en": {"localisation": "localisation", "mobile": "mobile deployment", "server": "serving"}}
 
 
-def situation_line(sc: dict[str, Any], lang: str) -> str:
+def situation_line(sc: Situation, lang: str) -> str:
     """The situation the answer assumes, in the user's language: a lead-in, not a claim."""
     zh = lang == "zh"
     parts: list[str] = []
-    if sc.get("team_size"):
-        parts.append(f"{sc['team_size']} 人" + ("的" + _ORG["zh"][sc["org"]] if sc.get("org") else "团队") if zh
-                     else f"a team of {sc['team_size']}" + (f" ({_ORG['en'][sc['org']]})" if sc.get("org") else ""))
-    elif sc.get("org"):
-        parts.append(_ORG[lang][sc["org"]])
-    if sc.get("known_frameworks"):
-        known = "、".join(sc["known_frameworks"]) if zh else " and ".join(sc["known_frameworks"])
+    if sc.team_size:
+        parts.append(f"{sc.team_size} 人" + ("的" + _ORG["zh"][sc.org] if sc.org else "团队") if zh
+                     else f"a team of {sc.team_size}" + (f" ({_ORG['en'][sc.org]})" if sc.org else ""))
+    elif sc.org:
+        parts.append(_ORG[lang][sc.org])
+    if sc.known_frameworks:
+        known = "、".join(sc.known_frameworks) if zh else " and ".join(sc.known_frameworks)
         parts.append(f"熟悉 {known}" if zh else f"knows {known}")
-    if sc.get("stage"):
-        parts.append(_STAGE[lang][sc["stage"]])
-    if sc.get("accelerators") and sc.get("hardware") in ("few_gpus", "gpu_cluster"):
-        kind = sc.get("accelerator") or "GPU"
-        n = sc["accelerators"]
+    if sc.stage:
+        parts.append(_STAGE[lang][sc.stage])
+    if sc.accelerators and sc.hardware in ("few_gpus", "gpu_cluster"):
+        kind = sc.accelerator or "GPU"
+        n = sc.accelerators
         parts.append(f"{n} 张 {kind}" if zh else f"{n} GPU{'s' if n > 1 else ''}" if kind == "GPU" else f"{n} × {kind}")
-    elif sc.get("hardware"):
-        parts.append(_HARDWARE[lang][sc["hardware"]])
-    if sc.get("params"):
-        parts.append(f"{_scale(sc['params'], zh)}参数的模型" if zh else f"a {_scale(sc['params'], zh)}-parameter model")
-    if sc.get("domain") and sc["domain"] != "general":
-        parts.append(_DOMAIN[lang].get(sc["domain"], sc["domain"]))
-    parts += [_GOAL[lang][g] for g in sc.get("goals", []) if g in _GOAL[lang]]
+    elif sc.hardware:
+        parts.append(_HARDWARE[lang][sc.hardware])
+    if sc.params:
+        parts.append(f"{_scale(sc.params, zh)}参数的模型" if zh else f"a {_scale(sc.params, zh)}-parameter model")
+    if sc.domain and sc.domain != "general":
+        parts.append(_DOMAIN[lang].get(sc.domain, sc.domain))
+    parts += [_GOAL[lang][g] for g in sc.goals if g in _GOAL[lang]]
     if not parts:
         return ("按一般情况（没有说明团队、阶段和硬件，补充这些会让推荐更准）：" if zh else
                 "For a general case (no team, stage or hardware was given; adding them sharpens the advice):")
