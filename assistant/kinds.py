@@ -9,6 +9,7 @@ probability decides.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -73,13 +74,19 @@ def embedder_key(embedder: Embedder) -> str:
     return f"{embedder.name}-{embedder.dim}"
 
 
+@functools.cache
+def _digest(path: Path) -> str:
+    """The phrasings' hash, read once per process (package data: it does not change while the service runs; each
+    question asks for the classifier)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
 def classifier_for(embedder: Embedder, cache_dir: Path | None = None,
                    path: Path = PHRASINGS) -> KindClassifier | None:
     """The classifier for this embedder: trained on the phrasings at first use (one batch of query embeddings),
     then kept in memory and, with `cache_dir`, on disk (keyed by the embedder and the phrasings' hash). None when
     the embedder cannot embed (the router then decides by its wording rules)."""
-    data = path.read_bytes()
-    key = f"{embedder_key(embedder)}-{hashlib.sha256(data).hexdigest()[:12]}"
+    key = f"{embedder_key(embedder)}-{_digest(path)}"
     with _LOCK:
         if key in _TRAINED:
             return _TRAINED[key]

@@ -145,9 +145,11 @@ class Answerer:
     def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:
         """The turn before this question, as the session store kept it (its question and `extra`); for a new
         version of the last turn, the one before that."""
-        messages = (self.service.sessions.get(sid) or {}).get("messages", [])
-        if replace is not None:
-            messages = messages[:-2]
+        sessions = self.service.sessions
+        if replace is None:  # the last turn alone, not the whole session
+            last = sessions.last_turn(sid)
+            return router.Turn.from_message(last["question"], last["extra"]) if last else None
+        messages = (sessions.get(sid) or {}).get("messages", [])[:-2]
         if len(messages) < 2 or messages[-1]["role"] != "assistant" or messages[-2]["role"] != "user":
             return None
         return router.Turn.from_message(messages[-2]["content"], messages[-1])
