@@ -35,6 +35,8 @@ class Engines:
         self._llm_lock = threading.Lock()  # the model: loading it must not block searches
         self._translator: QueryTranslator | None = None
         self._translator_lock = threading.Lock()
+        self._warmed: str | None = None  # the system message the model holds as its cached prefix
+        self._warm_lock = threading.Lock()
         self.params = RetrievalParams(dense_weight=settings.dense_weight)
 
     @property
@@ -105,6 +107,17 @@ class Engines:
         tr = self.translator
         return tr.translate(question) if tr is not None else None
 
+    def warm(self, system: str) -> None:
+        """Make `system` the model's cached prefix unless it already is: loaded from its file in a fraction of a
+        second, or computed once and kept (llm/llamacpp.py `warmup`). Every fact answer calls this before its turn,
+        so a process that never ran load() (`assistant ask`, `assistant eval`) reuses the prefix file as a server
+        does, and a short prompt that displaced it (a selection answer's) costs no second prefill."""
+        with self._warm_lock:
+            if self._warmed == system:
+                return
+            self.llm.warmup(system)
+            self._warmed = system
+
     def load(self, warm: bool, prefix: Callable[[], str], also: Callable[[], Any]) -> None:
         """Load index, embedder and model now (the server calls this at start-up).
 
@@ -125,7 +138,7 @@ class Engines:
                 loaded = time.perf_counter()
                 if warm:
                     index_open.wait()  # the pinned prefix is made of the index's passages
-                    llm.warmup(prefix())
+                    self.warm(prefix())
                 log.info("model loaded in %.1f s, warmed in %.1f s (%s)", loaded - started,
                          time.perf_counter() - loaded, getattr(llm, "warmed_from", "") or "no cache")
             except BaseException as exc:  # re-raised on the caller's thread below

@@ -90,6 +90,10 @@ class AssistantService:
         """The question in the other language when translation is on and succeeds, else None."""
         return self.engines.translate(question)
 
+    def warm(self, system: str) -> None:
+        """Make `system` the model's cached prefix unless it already is (runtime.Engines.warm)."""
+        self.engines.warm(system)
+
     def load(self, warm: bool = True) -> None:
         """Load index, embedder and model now (the server calls this at start-up); the router's classifier too."""
         self.engines.load(warm, self.system_prompt, self.kind_classifier)
@@ -225,7 +229,7 @@ class AssistantService:
 
     def _rewarm(self) -> None:
         try:
-            self.llm.warmup(self.system_prompt())
+            self.engines.warm(self.system_prompt())
         except Exception:  # a warm-up only: the next answer prefills the prefix itself
             if not self._closed:
                 log.warning("could not compute the new pinned prefix ahead of time", exc_info=True)

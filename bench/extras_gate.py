@@ -54,7 +54,7 @@ def main() -> int:
         q = row["question"]
         hits = retriever.search(q, k=args.k)
         missing = [f for f in row["answer_facts"] if not fact_present(f, pinned_text)]
-        pinned_dense = retriever.closeness(q, ctx.sources)
+        pinned_dense = max(retriever.similarities(q, ctx.chunks), default=0.0)
         for rule in rules:
             if rule == "rank":
                 extras = extra_hits(hits, ctx, q)

@@ -141,3 +141,25 @@ def test_a_sentence_listing_the_items_of_a_section_cites_each_item_passage(servi
     assert {c.n for c in english.citations} >= set(items[1:])
     # one item named beside something no passage says is not a listing: removed
     assert checker.check("主要看计算图管理和天气预报。", src).text == ""
+
+
+@pytest.mark.slow
+def test_a_process_that_never_loaded_reuses_the_prefix_file_and_a_selection_answer_costs_no_second_prefill(
+        service, fast_settings) -> None:
+    """`assistant ask` and `assistant eval` never call load(): their first fact answer loads the prefix file the
+    server wrote (no 3k-token prefill), and a selection answer's short prompt, which displaces the prefix from the
+    KV cache, is followed by a fact answer that copies it back instead of prefilling it."""
+    from assistant.service import AssistantService
+
+    ctx = _article(service)  # the loaded service has written the prefix file
+    cold = AssistantService(fast_settings)
+    try:
+        first = cold.ask("PaddlePaddle 是由哪家公司主导开发的？")
+        assert not first.refused and cold.llm.warmed_from == "disk"
+        assert cold.llm.last_usage.extra["cached_tokens"] >= ctx.tokens - 8
+        chosen = cold.ask("我们是 5 个人的研究小组，做新模型结构的探索，只有 4 张 3090，训练框架选哪个？")
+        assert chosen.advice is not None  # the Advisor's path, with its own short prompt
+        again = cold.ask("PyTorch 由哪家公司主导？")
+        assert not again.refused and cold.llm.last_usage.extra["cached_tokens"] >= ctx.tokens - 8
+    finally:
+        cold.close()

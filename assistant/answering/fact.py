@@ -51,4 +51,4 @@ def fact_plan(answer: Answer, decision: Decision, hits: list[Hit], sources: list
         return Plan(answer, decision.reason, config, finish, trace, lead=decision.message(lang), status=False)
     messages = build_messages(question, sources, lang, system=pinned.system, focus=focus, selection=selection,
                               several=several)
-    return Plan(answer, decision.reason, config, finish, trace, messages=messages)
+    return Plan(answer, decision.reason, config, finish, trace, messages=messages, prefix=pinned.system)

@@ -51,6 +51,7 @@ class Plan:
     timings: dict[str, float] = field(default_factory=dict)  # the plan's own (retrieval_ms, translate_ms)
     diagnostics: dict[str, Any] = field(default_factory=dict)  # added to the result's
     remember: dict[str, Any] = field(default_factory=dict)  # stored with the turn for the next one's router
+    prefix: str = ""  # the system message kept as the model's cached prefix (a fact answer's pinned context)
 
 
 class Parts(Protocol):
@@ -61,6 +62,8 @@ class Parts(Protocol):
 
     @property
     def llm(self) -> ChatModel: ...
+
+    def warm(self, system: str) -> None: ...
 
 
 class AnswerLoop:
@@ -129,6 +132,8 @@ class AnswerLoop:
                 if plan.turn_lead:
                     yield Event("token", plan.turn_lead)
                 llm = self.parts.llm
+                if plan.prefix:
+                    self.parts.warm(plan.prefix)
                 gen = yield from stopping.stoppable_tokens(pipeline.generate(llm, plan.messages or [], plan.config, t0),
                                                            handle.event, written, t0)
                 if not handle.asked and off_language(gen.text, answer.language):
