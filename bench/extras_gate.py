@@ -28,6 +28,7 @@ from assistant.answer.pipeline import extra_hits  # noqa: E402
 from assistant.embed import create_embedder  # noqa: E402
 from assistant.evaluate.metrics import fact_present  # noqa: E402
 from assistant.index.snapshot import IndexSnapshot  # noqa: E402
+from assistant.lexicon import refers_to_article  # noqa: E402
 from assistant.retrieval import Retriever  # noqa: E402
 
 
@@ -57,7 +58,7 @@ def main() -> int:
         pinned_dense = max(retriever.similarities(q, ctx.chunks), default=0.0)
         for rule in rules:
             if rule == "rank":
-                extras = extra_hits(hits, ctx, q)
+                extras = extra_hits(hits, ctx, refers_to_article(q))
             else:
                 m = float(rule.split("+")[1])
                 extras = [h for h in hits if not ctx.holds(h.chunk) and h.dense > pinned_dense + m]

@@ -52,6 +52,7 @@ def test_only_passages_ranked_above_the_pinned_ones_follow_the_prefix(service) -
     assert extra_hits([hit(article), hit(other)], ctx) == []  # the best match is pinned: no passage added
     assert extra_hits([hit(other), hit(article), hit(other)], ctx) == [hit(other)]
     assert extra_hits([hit(other), hit(article)], pinning.NONE) == [hit(other), hit(article)]
+    assert extra_hits([hit(other), hit(article)], ctx, article=True) == []  # the Route says the article answers it
 
 
 def test_citations_are_numbered_in_the_order_the_answer_cites_them() -> None:

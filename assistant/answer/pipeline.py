@@ -21,7 +21,6 @@ from typing import Any
 
 from ..embed import Embedder
 from ..frameworks import find_frameworks
-from ..lexicon import refers_to_article
 from ..llm.base import ChatModel, Message
 from ..types import Citation, Hit
 from .citations import CitationChecker, quoted_answer, renumber
@@ -73,16 +72,18 @@ class Result:
     sources: list[Hit] | None = None  # the passages the answer lists, when the check decides them (else as shown)
 
 
-def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE, question: str = "") -> list[Hit]:
+def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE, article: bool = False) -> list[Hit]:
     """The retrieved passages that follow the pinned prefix in the user's turn: those of other documents that
     retrieval ranks above the pinned documents' best passage. A question whose best match is pinned gets none (the
-    prefix already holds it, and every added passage costs prefill time), nor does one that refers to the pinned
-    article itself ("according to the article"): the 1.5B model answers from whatever passage stands next to the
-    question, and across languages our English notes outrank the Chinese article (dev: "What does the article advise
-    ...?" answered from a DeepSpeed tutorial). Passages of a pinned document are never repeated."""
+    prefix already holds it, and every added passage costs prefill time), nor does one about the pinned article
+    (`article`: its Route says so: "according to the article", or the router's classifier is sure the article
+    answers it): the 1.5B model answers from whatever passage stands next to the question, and across languages our
+    English notes outrank the Chinese article (dev: "What does the article advise ...?" answered from a DeepSpeed
+    tutorial; "Who is behind PyTorch ...?" from the PaddlePaddle note). Passages of a pinned document are never
+    repeated."""
     if not pinned.k:
         return hits
-    if refers_to_article(question) and any(c.is_article for c in pinned.chunks):
+    if article and any(c.is_article for c in pinned.chunks):
         return []
     out: list[Hit] = []
     for hit in hits:
@@ -115,12 +116,13 @@ def pinned_shown(hits: list[Hit], pinned: PinnedContext = NONE, focus: list[int]
 
 
 def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_tokens: Callable[[str], int],
-             embedder: Embedder, pinned: PinnedContext = NONE, several: bool = False) -> list[Source]:
+             embedder: Embedder, pinned: PinnedContext = NONE, several: bool = False,
+             article: bool = False) -> list[Source]:
     """The evidence an answer's prompt carries for these hits, within the token budget and above the floor; with a
     pinned context, only passages of other documents (extra_hits), numbered after the pinned ones. `several`: the
-    question asks for several items (its Route says so)."""
+    question asks for several items; `article`: it is about the pinned article (its Route says both)."""
     budget, max_sources = evidence_budget(several, config)
-    chosen = select_evidence(question, extra_hits(hits, pinned, question), count_tokens, budget, max_sources=max_sources,
+    chosen = select_evidence(question, extra_hits(hits, pinned, article), count_tokens, budget, max_sources=max_sources,
                              embedder=embedder, floor=config.evidence_floor)
     return [Source(s.n + pinned.k, s.hit, s.text) for s in chosen]
 
