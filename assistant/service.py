@@ -23,7 +23,7 @@ from .advisor import advise, load_rubric
 from .advisor.rubric import resolve_facts
 from .answer import pinned as pinning
 from .answer import pipeline
-from .answer.prompt import Source, build_messages
+from .answer.prompt import Source
 from .answering import Answerer, final
 from .answering.pins import Pins
 from .documents import DocumentLibrary, Job
@@ -34,8 +34,7 @@ from .genqueue import GenerationQueue, Ticket
 from .index.identity import EmbedderStatus
 from .index.location import IndexLocation
 from .kinds import KindClassifier, classifier_for
-from .lang import detect_language
-from .llm.base import ChatModel
+from .llm.base import ChatModel, Message
 from .retrieval import Retriever
 from .runtime import Engines
 from .sessions import SessionStorage, open_store, unknown_session
@@ -245,19 +244,9 @@ class AssistantService:
         return pipeline.evidence(question, hits, self.pipeline_config, count_tokens or self.llm.count_tokens,
                                  self.embedder, pinned, several, article)
 
-    def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None,
-                        pinned: pinning.PinnedContext | None = None) -> list[dict[str, str]]:
-        """The messages the product sends the model for a standalone question, for benchmarks to replay (the live
-        pinned context unless one is given; pinning.NONE replays the prompt without it)."""
-        pinned = self.pinned_context() if pinned is None else pinned
-        translation = self.translate(question)
-        hits = self.retriever.search(question, k=self.settings.top_k, translation=translation)
-        near = self.retriever.similarities(question, pinned.chunks, translation)
-        several = lexicon.asks_for_several(question)
-        sources = self.evidence(question, hits, count_tokens, pinned, several)
-        focus = pipeline.focus(near, self.settings.pinned_focus, sources)
-        return build_messages(question, sources, detect_language(question), system=pinned.system, focus=focus,
-                              several=several)
+    def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None) -> list[Message]:
+        """The messages the product sends the model for a question, for benchmarks to replay (answering.Answerer)."""
+        return self.answerer.prompt_messages(question, count_tokens)
 
     # ---- sessions and feedback ----------------------------------------------------------------
     # `owner`: the caller's key (owner id), None for the keyless local user; another owner's session is None/404.

@@ -141,3 +141,18 @@ def test_the_service_stores_the_route_the_next_turn_reads(scripted_service):
         assert stored["kind"] == SELECTION and stored["recommended"] == named and named
     finally:
         svc.close()
+
+
+def test_the_prompt_benchmarks_replay_is_the_prompt_the_answer_sent(scripted_service):
+    """service.prompt_messages goes the answer's one way (the Route, the evidence): a fact question's replayed prompt
+    is the one its answer sent the model; a refused question has none."""
+    svc = scripted_service()
+    try:
+        for question in ("TensorFlow 的计算图是怎么管理的？", "What does ZeRO stage 3 partition in DeepSpeed?"):
+            calls = svc.engines.llm.calls
+            before = len(calls)
+            svc.ask(question)
+            assert svc.prompt_messages(question) == calls[before]  # the answer's first call (a language rewrite follows)
+        assert svc.prompt_messages("明天北京天气怎么样？") == []
+    finally:
+        svc.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from .. import conversations, stopping
@@ -26,6 +26,7 @@ from ..errors import UserError
 from ..filters import Filters
 from ..genqueue import Ticket
 from ..lang import detect_language
+from ..llm.base import Message
 from ..retrieval import Retriever
 from ..sessions import unknown_session
 from ..settings import Settings
@@ -94,8 +95,15 @@ class Answerer:
             if ticket is not None:
                 svc.queue.cancel(ticket)  # no-op once the turn was used
 
+    def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None) -> list[Message]:
+        """The model's prompt for a question asked outside any session, made exactly as an answer makes it (the
+        Route, the evidence, the pinned context): what benchmarks replay on their own model, whose `count_tokens`
+        they pass so the service's model is not loaded. [] when the model would not run (a refusal)."""
+        plan = self._plan(question, "", None, time.perf_counter(), None, count_tokens)
+        return list(plan.messages or [])
+
     def _plan(self, question: str, sid: str, filters: Filters | Mapping[str, Any] | None, t0: float,
-              replace: dict[str, Any] | None) -> Plan:
+              replace: dict[str, Any] | None, count_tokens: Callable[[str], int] | None = None) -> Plan:
         svc, settings = self.service, self.service.settings
         lang = detect_language(question)
         history = svc.sessions.history(sid, settings.history_token_budget)
@@ -131,7 +139,7 @@ class Answerer:
                 plan.remember = router.remembered(route, sel.recommended)
         if plan is None:
             decision = route.decision
-            sources = [] if decision.refuse else svc.evidence(standalone, hits, pinned=pinned,
+            sources = [] if decision.refuse else svc.evidence(standalone, hits, count_tokens, pinned=pinned,
                                                               several=route.several, article=route.article)
             focus = pipeline.focus(near, settings.pinned_focus, sources)
             plan = fact_plan(answer, decision, hits, sources, pinned, focus, config, svc.embedder, user_text,
