@@ -1,6 +1,5 @@
 """The question-kind classifier: is a question asking which framework to choose ("selection") or something else
-("fact")? And, its second head, is a fact question one the reference article answers, or does it need the other
-documents (the official docs, the notes)? Two logistic regressions over the embedder's query vectors, trained on the dev phrasings shipped with the
+("fact")? A logistic regression over the embedder's query vectors, trained on the dev phrasings shipped with the
 package (assistant/route_phrasings.jsonl, written by bench/route_phrasings.py from eval/'s dev sets), once per
 embedder at first use and cached (in memory, and on disk when a cache folder is given), so it works for whichever
 embedder the index uses. It reads a vector the retriever already computed; it never embeds a question itself.
@@ -54,44 +53,17 @@ def fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     return w, b
 
 
-def _probability(vector: np.ndarray, weights: np.ndarray, bias: float) -> float:
-    z = float(np.asarray(vector, dtype=np.float64) @ weights * SCALE + bias)
-    return 1.0 / (1.0 + np.exp(-z))
-
-
 @dataclass(frozen=True)
 class KindClassifier:
-    """P(selection), and P(the reference article answers it), for a query vector of the embedder it was trained
-    for."""
+    """P(selection) for a query vector of the embedder it was trained for."""
 
     embedder: str
     weights: np.ndarray
     bias: float
-    article_weights: np.ndarray | None = None  # None: too few labelled phrasings to train the second head
-    article_bias: float = 0.0
 
     def selection_probability(self, vector: np.ndarray) -> float:
-        return _probability(vector, self.weights, self.bias)
-
-    def article_probability(self, vector: np.ndarray) -> float | None:
-        """How likely the reference article alone answers this fact question (its phrasings' `answered_by`)."""
-        if self.article_weights is None:
-            return None
-        return _probability(vector, self.article_weights, self.article_bias)
-
-
-MIN_PER_LABEL = 20  # the second head is trained only with this many phrasings of each answer source
-
-
-def train(x: np.ndarray, rows: list[dict[str, str]], key: str) -> KindClassifier:
-    """Both heads on the phrasings' vectors `x` (rows in the same order)."""
-    w, b = fit(x, np.array([r["kind"] == "selection" for r in rows], dtype=np.float64))
-    labelled = [i for i, r in enumerate(rows) if r.get("answered_by") in ("article", "documents")]
-    y = np.array([rows[i]["answered_by"] == "article" for i in labelled], dtype=np.float64)
-    if min(float(y.sum()), len(y) - float(y.sum())) < MIN_PER_LABEL:
-        return KindClassifier(key, w, b)
-    aw, ab = fit(x[labelled], y)
-    return KindClassifier(key, w, b, aw, ab)
+        z = float(np.asarray(vector, dtype=np.float64) @ self.weights * SCALE + self.bias)
+        return 1.0 / (1.0 + np.exp(-z))
 
 
 _TRAINED: dict[str, KindClassifier] = {}
@@ -123,9 +95,7 @@ def classifier_for(embedder: Embedder, cache_dir: Path | None = None,
         if file is not None and file.exists():
             try:
                 saved = np.load(file)
-                head = ((saved["article_weights"], float(saved["article_bias"])) if "article_weights" in saved.files
-                        else (None, 0.0))
-                clf = KindClassifier(key, saved["weights"], float(saved["bias"]), *head)
+                clf = KindClassifier(key, saved["weights"], float(saved["bias"]))
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("route classifier cache %s unreadable (%s): retraining", file, exc)
         if clf is None:
@@ -135,13 +105,12 @@ def classifier_for(embedder: Embedder, cache_dir: Path | None = None,
             except Exception as exc:  # an embedder that cannot answer: the rules decide
                 log.warning("route classifier not trained: the embedder failed (%s)", exc)
                 return None
-            clf = train(x, rows, key)
+            w, b = fit(x, np.array([r["kind"] == "selection" for r in rows], dtype=np.float64))
+            clf = KindClassifier(key, w, b)
             if file is not None:
                 try:
                     file.parent.mkdir(parents=True, exist_ok=True)
-                    extra = ({"article_weights": clf.article_weights, "article_bias": np.array(clf.article_bias)}
-                             if clf.article_weights is not None else {})
-                    np.savez(file, weights=clf.weights, bias=np.array(clf.bias), **extra)
+                    np.savez(file, weights=w, bias=np.array(b))
                 except OSError as exc:
                     log.warning("route classifier not cached in %s (%s)", file, exc)
         _TRAINED[key] = clf

@@ -4,8 +4,8 @@ A Route holds the standalone question (the follow-up rewrite, from the stored tu
 and the frameworks it recommended, never the chat's rendered text), the question's kind ("fact", "selection" or
 "out_of_scope"), the situation it states (the Advisor's parser over the conversation's user turns), the frameworks
 it names and the Advisor's candidates it compares, and whether it asks for several items or points at the reference
-article (its words say so, or the classifier's second head is sure the article answers it: then only the pinned
-article is the answer's evidence). The refusal policy's decision (answer/policy.py) rides along: a refused question is "out_of_scope".
+article (then only the pinned article is the answer's evidence). The refusal policy's decision (answer/policy.py)
+rides along: a refused question is "out_of_scope".
 
 The kind: a classifier over the embedder's vector of the standalone question (assistant/kinds.py; the retriever
 already embedded it) says how likely a selection it is. Sure either way (P >= SURE, or P < UNSURE), it decides;
@@ -39,10 +39,6 @@ from .types import Hit
 FACT, SELECTION, OUT_OF_SCOPE = "fact", "selection", "out_of_scope"
 SURE = 0.5  # P(selection) at or above which the classifier alone says "selection"
 UNSURE = 0.2  # below it, the classifier alone says "fact"; between the two the wording decides
-# P(the reference article answers it) at or above which a fact question is the article's: no passage of another
-# document follows the pinned article (answer/pipeline.py extra_hits). Chosen by 5-fold cross-validation on the dev
-# phrasings (bench/route_accuracy.py --cv): the passages a question about the docs needs are rarely withheld.
-ARTICLE_SURE = 0.7
 
 
 @dataclass(frozen=True)
@@ -70,11 +66,10 @@ class Route:
     frameworks: tuple[str, ...]    # named in the standalone question
     compared: tuple[str, ...]      # the Advisor's candidates it weighs against each other (two or more), else ()
     several: bool                  # asks for several items (a list, a comparison)
-    article: bool                  # points at the reference article, or the classifier is sure the article answers it
+    article: bool                  # points at the reference article ("according to the article")
     decision: Decision = field(default_factory=lambda: Decision(False, "ok"))  # the refusal policy's
     selection_probability: float | None = None  # the classifier's; None without an embedder
     decided_by: str = "classifier"  # "classifier" | "wording" | "within" | "follow-up"
-    article_probability: float | None = None  # the classifier's P(the reference article answers it)
 
     @property
     def selection(self) -> bool:
@@ -148,7 +143,6 @@ def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previou
     """The question's Route. `vector`: the standalone question's query embedding (Retriever.query_vector), read by
     `classifier`; `hits`, `known`, `pinned_dense`: what the refusal policy weighs (policy.decide)."""
     p = classifier.selection_probability(vector) if classifier is not None and vector is not None else None
-    pa = classifier.article_probability(vector) if classifier is not None and vector is not None else None
     kind, by = kind_of(standalone, question, lang, previous, p)
     decision = decide(standalone, hits, thresholds, known=known, choosing=kind == SELECTION, pinned_dense=pinned_dense)
     if decision.refuse:
@@ -157,5 +151,4 @@ def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previou
     situation.lang = lang
     return Route(question, standalone, kind, situation, tuple(find_frameworks(standalone)),
                  compared_candidates(standalone), lexicon.asks_for_several(standalone),
-                 lexicon.refers_to_article(standalone) or (pa is not None and pa >= ARTICLE_SURE), decision, p, by,
-                 pa)
+                 lexicon.refers_to_article(standalone), decision, p, by)

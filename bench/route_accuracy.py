@@ -106,7 +106,7 @@ def router_of(args, retriever, pinned):
 def cross_validated(retriever) -> None:
     """5-fold accuracy of selection-vs-not on the dev phrasings: the classifier alone, and as the router uses it."""
     from assistant import kinds
-    from assistant.route import ARTICLE_SURE, SELECTION, kind_of
+    from assistant.route import SELECTION, kind_of
 
     rows = kinds.load_phrasings()
     x = retriever.embedder.queries([r["text"] for r in rows]).astype(np.float64)
@@ -124,21 +124,6 @@ def cross_validated(retriever) -> None:
         m = np.array([r["lang"] == lang for r in rows])
         print(f"cv {lang}: n={m.sum()} classifier {((p[m] >= 0.5) == y[m]).mean():.3f}  router "
               f"{(routed[m] == y[m]).mean():.3f}  wording rules {(rules[m] == y[m]).mean():.3f}")
-    # the second head: does the reference article answer this fact question (no other document's passages)?
-    idx = np.array([i for i, r in enumerate(rows) if r.get("answered_by")])
-    ya = np.array([rows[i]["answered_by"] == "article" for i in idx], dtype=np.float64)
-    pa = np.zeros(len(idx))
-    for fold in np.array_split(np.random.default_rng(0).permutation(len(idx)), 5):
-        train = np.setdiff1d(np.arange(len(idx)), fold)
-        w, b = kinds.fit(x[idx[train]], ya[train])
-        pa[fold] = [kinds.KindClassifier("cv", w, b).selection_probability(v) for v in x[idx[fold]]]
-    sure = pa >= ARTICLE_SURE
-    for lang in ("zh", "en"):
-        m = np.array([rows[i]["lang"] == lang for i in idx])
-        art, docs = m & (ya == 1), m & (ya == 0)
-        print(f"cv answered-by {lang}: article questions kept to the article {int((sure & art).sum())}/{int(art.sum())}, "
-              f"docs questions given other passages {int((~sure & docs).sum())}/{int(docs.sum())} "
-              f"(P(article) >= {ARTICLE_SURE})")
 
 
 def main() -> int:

@@ -7,26 +7,15 @@ question counts as "fact" here: the refusal policy, not the classifier, turns it
 Selection: gold_selection*.jsonl, gold_recommend.jsonl, the Advisor's scenarios (advisor.jsonl) and parser cases
 (advisor_parse.jsonl), the first turn of gold_selection_followup.jsonl. Fact: gold_fact, gold_article_en(_2),
 gold_near_domain, gold_out_of_scope, gold_adversarial, every turn of gold_followup and the follow-up turns of
-gold_selection_followup, and the dev rows of bench/data/retrieval.jsonl. The blind split (eval/test/) is never read.
-
-A single-turn fact question also says what answers it (`answered_by`, for the classifier's second head, which decides
-whether passages of other documents follow the pinned article): "article" when every fact it asks for
-(`answer_facts`) is in the reference article's text, or, for a retrieval row, when the article is among its
-`source_files`; "documents" otherwise.
+gold_selection_followup. The blind split (eval/test/) is never read.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from assistant.evaluate.metrics import fact_present  # noqa: E402
-
-ARTICLE = "corpus/article/ai-training-support-guide.md"
 SELECTION = ("gold_selection.jsonl", "gold_selection_2.jsonl", "gold_selection_blind1.jsonl", "gold_recommend.jsonl")
 FACT = ("gold_fact.jsonl", "gold_article_en.jsonl", "gold_article_en_2.jsonl", "gold_near_domain.jsonl", "gold_out_of_scope.jsonl",
         "gold_adversarial.jsonl", "gold_followup.jsonl", "gold_selection_followup.jsonl")
@@ -41,19 +30,9 @@ def phrasings(eval_dir: Path) -> list[dict]:
     assert "test" not in eval_dir.parts, "the blind split is not training data"
     out: list[dict] = []
 
-    article = (REPO / ARTICLE).read_text(encoding="utf-8")
-
-    def add(text: str, kind: str, lang: str, case: str, answered_by: str | None = None) -> None:
+    def add(text: str, kind: str, lang: str, case: str) -> None:
         if text.strip():
-            row = {"text": text.strip(), "kind": kind, "lang": lang, "case": case}
-            if answered_by:
-                row["answered_by"] = answered_by
-            out.append(row)
-
-    def answered_by(r: dict) -> str | None:
-        if r.get("kind") != "fact" or not r.get("answer_facts") or len(r.get("turns") or [1]) > 1:
-            return None
-        return "article" if all(fact_present(f, article) for f in r["answer_facts"]) else "documents"
+            out.append({"text": text.strip(), "kind": kind, "lang": lang, "case": case})
 
     for name in SELECTION:
         for r in _rows(eval_dir / name):
@@ -68,12 +47,7 @@ def phrasings(eval_dir: Path) -> list[dict]:
             turns = r.get("turns") or [r["question"]]
             for i, t in enumerate(turns):
                 first_of_selection = name == "gold_selection_followup.jsonl" and i == 0
-                add(t, "selection" if first_of_selection else "fact", r["lang"],
-                    f"{r['id']}#{i}" if len(turns) > 1 else r["id"], answered_by(r))
-    for r in _rows(REPO / "bench" / "data" / "retrieval.jsonl"):
-        if r.get("split") == "dev":
-            add(r["question"], "fact", r["lang"], r["id"],
-                "article" if any(f.endswith(ARTICLE) for f in r["source_files"]) else "documents")
+                add(t, "selection" if first_of_selection else "fact", r["lang"], f"{r['id']}#{i}" if len(turns) > 1 else r["id"])
     seen: set[str] = set()
     return [p for p in out if not (p["text"] in seen or seen.add(p["text"]))]
 
@@ -86,8 +60,7 @@ def main() -> int:
     rows = phrasings(Path(args.eval_dir))
     Path(args.out).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     kinds = {k: sum(r["kind"] == k for r in rows) for k in ("selection", "fact")}
-    sources = {k: sum(r.get("answered_by") == k for r in rows) for k in ("article", "documents")}
-    print(f"{len(rows)} phrasings -> {args.out}: {kinds}, answered by {sources}")
+    print(f"{len(rows)} phrasings -> {args.out}: {kinds}")
     return 0
 
 

@@ -11,7 +11,7 @@ from assistant.answer.pipeline import PipelineConfig, bare_name, check
 from assistant.answer.prompt import Source
 from assistant.embed import create_embedder
 from assistant.frameworks import find_frameworks
-from assistant.route import ARTICLE_SURE, FACT, SELECTION, Turn, kind_of, standalone_question
+from assistant.route import FACT, SELECTION, Turn, kind_of, standalone_question
 from assistant.types import Chunk, Hit
 
 
@@ -54,27 +54,6 @@ def test_the_classifier_is_trained_once_per_embedder_and_cached_on_disk(embedder
     v = embedder.query("我们是 5 人创业团队，应该选哪个框架？")
     assert first.selection_probability(v) > 0.5
     assert first.selection_probability(embedder.query("What does ZeRO stage 3 partition?")) < 0.5
-    assert first.article_weights is not None and np.allclose(first.article_weights, again.article_weights)
-
-
-def test_the_second_head_tells_article_questions_from_docs_questions_it_was_not_trained_on(embedder):
-    """Held out: the English article questions written as people type (gold_article_en_2) and the retrieval
-    benchmark's rows; trained on the rest. Sure (P >= ARTICLE_SURE) is what keeps other documents' passages away,
-    so a docs question must rarely be sure; most article questions must be."""
-    rows = [r for r in kinds.load_phrasings() if r.get("answered_by")]
-    held = [r for r in rows if r["case"].startswith(("article-en2-", "ret-"))]
-    train = [r for r in rows if r not in held]
-    x = embedder.queries([r["text"] for r in train]).astype(np.float64)
-    w, b = kinds.fit(x, np.array([r["answered_by"] == "article" for r in train], dtype=np.float64))
-    clf = kinds.KindClassifier("test", w, b, w, b)
-    p = [clf.article_probability(v) for v in embedder.queries([r["text"] for r in held])]
-    docs = [pi for pi, r in zip(p, held, strict=True) if r["answered_by"] == "documents"]
-    article = [pi for pi, r in zip(p, held, strict=True) if r["answered_by"] == "article"]
-    assert len(docs) >= 20 and len(article) >= 20
-    assert sum(pi >= ARTICLE_SURE for pi in docs) <= 0.1 * len(docs), docs
-    assert sum(pi >= ARTICLE_SURE for pi in article) >= 0.5 * len(article), article
-    few = kinds.train(x[:10], train[:10], "few")  # too few labelled phrasings: no second head, nothing withheld
-    assert few.article_weights is None and few.article_probability(x[0]) is None
 
 
 def test_the_kind_where_the_classifier_is_unsure_or_absent():

@@ -75,11 +75,10 @@ class Result:
 def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE, article: bool = False) -> list[Hit]:
     """The retrieved passages that follow the pinned prefix in the user's turn: those of other documents that
     retrieval ranks above the pinned documents' best passage. A question whose best match is pinned gets none (the
-    prefix already holds it, and every added passage costs prefill time), nor does one about the pinned article
-    (`article`: its Route says so: "according to the article", or the router's classifier is sure the article
-    answers it): the 1.5B model answers from whatever passage stands next to the question, and across languages our
+    prefix already holds it, and every added passage costs prefill time), nor does one that refers to the pinned
+    article itself (`article`, the Route's: "according to the article"): the 1.5B model answers from whatever passage stands next to the question, and across languages our
     English notes outrank the Chinese article (dev: "What does the article advise ...?" answered from a DeepSpeed
-    tutorial; "Who is behind PyTorch ...?" from the PaddlePaddle note). Passages of a pinned document are never
+    tutorial). Passages of a pinned document are never
     repeated."""
     if not pinned.k:
         return hits
