@@ -199,10 +199,22 @@ def decode_text(data: bytes) -> str:
             continue
     from charset_normalizer import from_bytes
 
-    best = from_bytes(data).best()
+    # only a guess that keeps ASCII as ASCII: a passage's line numbers count the file's b"\n" bytes, and an EBCDIC
+    # guess (b"%" is its newline) would give the text lines the file does not have
+    best = next((m for m in from_bytes(data) if _ascii_compatible(m.encoding)), None)
     if best is None:
         raise ValueError("undecodable text (not UTF-8, GBK/GB18030 or a detectable encoding)")
     return str(best)
+
+
+_ASCII = bytes(range(0x09, 0x7F))
+
+
+def _ascii_compatible(encoding: str) -> bool:
+    try:
+        return _ASCII.decode(encoding) == _ASCII.decode("ascii")
+    except (UnicodeDecodeError, LookupError):
+        return False
 
 
 def stem_title(path: Path) -> str:
