@@ -152,8 +152,13 @@ def test_a_process_that_never_loaded_reuses_the_prefix_file_and_a_selection_answ
     KV cache, is followed by a fact answer that copies it back instead of prefilling it."""
     from assistant.service import AssistantService
 
-    ctx = _article(service)  # the loaded service has written the prefix file
-    cold = AssistantService(fast_settings)
+    ctx = _article(service)
+    writer = AssistantService(fast_settings)  # one process: its first fact answer keeps the prefix in its file
+    try:  # (another test's pins may have replaced the file: one prefix file per model)
+        assert not writer.ask("PaddlePaddle 是由哪家公司主导开发的？").refused
+    finally:
+        writer.close()
+    cold = AssistantService(fast_settings)  # the next process loads it
     try:
         first = cold.ask("PaddlePaddle 是由哪家公司主导开发的？")
         assert not first.refused and cold.llm.warmed_from == "disk"
