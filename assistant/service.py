@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from . import conversations, lexicon, stopping
+from . import conversations, stopping
 from .advisor import advise, load_rubric
 from .advisor.rubric import resolve_facts
 from .answer import pinned as pinning
@@ -234,13 +234,11 @@ class AssistantService:
                 log.warning("could not compute the new pinned prefix ahead of time", exc_info=True)
 
     def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None,
-                 pinned: pinning.PinnedContext = pinning.NONE, several: bool | None = None,
-                 article: bool | None = None) -> list[Source]:
+                 pinned: pinning.PinnedContext = pinning.NONE, several: bool = False,
+                 article: bool = False) -> list[Source]:
         """The evidence an answer's prompt carries for these hits (the settings' budget and floor), after the pinned
         context when one is given; benchmarks that run their own model pass its `count_tokens` so the service's
-        model is not loaded. `several`, `article`: the Route's (default: the wording's reading of `question`)."""
-        several = lexicon.asks_for_several(question) if several is None else several
-        article = lexicon.refers_to_article(question) if article is None else article
+        model is not loaded. `several`, `article`: the question's Route says them."""
         return pipeline.evidence(question, hits, self.pipeline_config, count_tokens or self.llm.count_tokens,
                                  self.embedder, pinned, several, article)
 

@@ -76,9 +76,9 @@ def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE, article: bool = Fa
     """The retrieved passages that follow the pinned prefix in the user's turn: those of other documents that
     retrieval ranks above the pinned documents' best passage. A question whose best match is pinned gets none (the
     prefix already holds it, and every added passage costs prefill time), nor does one that refers to the pinned
-    article itself (`article`, the Route's: "according to the article"): the 1.5B model answers from whatever passage stands next to the question, and across languages our
-    English notes outrank the Chinese article (dev: "What does the article advise ...?" answered from a DeepSpeed
-    tutorial). Passages of a pinned document are never
+    article itself (`article`, the Route's: "according to the article"): the 1.5B model answers from whatever
+    passage stands next to the question, and across languages our English notes outrank the Chinese article (dev:
+    "What does the article advise ...?" answered from a DeepSpeed tutorial). Passages of a pinned document are never
     repeated."""
     if not pinned.k:
         return hits
