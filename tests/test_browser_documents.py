@@ -51,10 +51,7 @@ def test_documents_tab_upload_list_search_delete(doc_server: ServerProcess, tmp_
         page.get_by_role("tab", name="文档 / Documents").click()
         page.wait_for_selector("#doc-empty", timeout=30_000)
 
-        page.locator("#doc-file input[type=file]").set_input_files(str(doc))
-        # Gradio uploads the file to the server before it shows its name: allow for a loaded machine
-        page.wait_for_function("document.querySelector('#doc-file').innerText.includes('zorblax-guide.md')",
-                               timeout=120_000)
+        _choose_file(page, doc, doc_server)
         page.locator("#doc-upload").click()
         page.wait_for_selector("#doc-status progress", timeout=30_000)
         page.wait_for_function("document.querySelector('#doc-status').innerText.includes('完成')", timeout=180_000)
@@ -85,3 +82,22 @@ def test_documents_tab_upload_list_search_delete(doc_server: ServerProcess, tmp_
         page.wait_for_selector("#doc-empty", timeout=30_000)
         assert page.locator("#doc-list tr.doc-row").count() == 0
         browser.close()
+
+
+def _choose_file(page, doc: Path, server: ServerProcess) -> None:
+    """Choose the file in the Documents tab's file input and wait until Gradio has uploaded it and shows its name.
+    A choice made before the input's handler is attached (a loaded machine) never sends the upload: it is made once
+    more, as a user would; a failure names what the browser sent and the server's log."""
+    shown = f"document.querySelector('#doc-file').innerText.includes('{doc.name}')"
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(f"{r.method} {r.url}") if "upload" in r.url else None)
+    for attempt in (1, 2):
+        page.locator("#doc-file input[type=file]").set_input_files(str(doc))
+        try:
+            page.wait_for_function(shown, timeout=60_000)
+            return
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / f"09-documents-upload-{attempt}.png"))
+    log = server.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
+    raise AssertionError(f"the chosen file never showed in #doc-file; upload requests sent: {sent}; server log:\n{log}")
+

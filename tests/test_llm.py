@@ -195,8 +195,7 @@ def test_the_prefix_is_rebuilt_after_a_change_of_pinned_text_or_model(tiny_path:
     (old,) = tmp_path.glob("prefix-*.kv")
     first.warmup(PINNED + "\n[9] One more pinned passage.")
     assert first.warmed_from == "prefill"
-    (new,) = tmp_path.glob("prefix-*.kv")  # the new key's file replaced the old one
-    assert new != old
+    (new,) = set(tmp_path.glob("prefix-*.kv")) - {old}  # a new key, a new file; the old one stays for other pins
     first.close()
     other = tmp_path / "copy" / tiny_path.name  # the same weights in another file: another key
     other.parent.mkdir()
@@ -205,6 +204,31 @@ def test_the_prefix_is_rebuilt_after_a_change_of_pinned_text_or_model(tiny_path:
     second.warmup(PINNED + "\n[9] One more pinned passage.")
     assert second.warmed_from == "prefill" and second.prefix_info["key"] != first.prefix_info["key"]
     second.close()
+
+
+def test_each_model_keeps_its_most_recently_used_prefix_files(tiny_path: Path, tmp_path: Path) -> None:
+    """Two processes with other pins share the cache: neither deletes the other's prefix; beyond PREFIX_FILES_KEPT the
+    least recently used file goes, and a load counts as a use."""
+    from assistant.llm.llamacpp import PREFIX_FILES_KEPT
+
+    texts = [PINNED + f"\n[9] Pinned passage number {i}." for i in range(PREFIX_FILES_KEPT + 1)]
+    server = _model(tiny_path, tmp_path)
+    server.warmup(texts[0])
+    other = _model(tiny_path, tmp_path)  # another process with other pins
+    other.warmup(texts[1])
+    server.close()
+    server = _model(tiny_path, tmp_path)  # the server restarts: its prefix is still on disk
+    server.warmup(texts[0])
+    assert server.warmed_from == "disk"
+    kept_by_server = server.prefix_info["path"]
+    first_of_other = other.prefix_info["path"]  # now the least recently used: the server's load touched its file
+    for t in texts[2:]:
+        other.warmup(t)
+    kept = {str(p) for p in tmp_path.glob("prefix-*.kv")}
+    assert len(kept) == PREFIX_FILES_KEPT == 3
+    assert kept_by_server in kept and other.prefix_info["path"] in kept and first_of_other not in kept
+    other.close()
+    server.close()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "foreign", "garbage"])

@@ -154,7 +154,7 @@ def test_a_process_that_never_loaded_reuses_the_prefix_file_and_a_selection_answ
 
     ctx = _article(service)
     writer = AssistantService(fast_settings)  # one process: its first fact answer keeps the prefix in its file
-    try:  # (another test's pins may have replaced the file: one prefix file per model)
+    try:
         assert not writer.ask("PaddlePaddle 是由哪家公司主导开发的？").refused
     finally:
         writer.close()

@@ -55,6 +55,7 @@ def _draft_model(llama_cpp: Any, speculative: str) -> Any:
 
 
 PREFIX_MAGIC = b"FAKV1\n"
+PREFIX_FILES_KEPT = 3  # per model file: the most recently used prefixes (processes with other pins, other languages)
 
 
 def prefix_file_info(path: Path) -> dict[str, Any]:
@@ -294,14 +295,26 @@ class LlamaCppChatModel(ChatModel):
         head = json.dumps({"key": key, "ids": tokens, "bytes": len(blob), "crc32": zlib.crc32(blob)}).encode()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            for old in path.parent.glob(f"prefix-{self._file_stem}-*.kv"):  # one prefix per model: others are dead
-                if old != path:
-                    old.unlink(missing_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_bytes(PREFIX_MAGIC + len(head).to_bytes(8, "little") + head + blob)
             os.replace(tmp, path)
+            self._evict_prefixes(path)
         except OSError as exc:
             log.warning("could not keep the cached prefix in %s: %s", path, exc)
+
+    def _evict_prefixes(self, keep: Path) -> None:
+        """Keep this model's PREFIX_FILES_KEPT most recently used prefix files (a load touches its file), `keep` among
+        them: another process sharing the cache with other pins, or a second language, must not delete the prefix a
+        server is about to load."""
+        def used(p: Path) -> float:
+            try:
+                return p.stat().st_mtime
+            except OSError:
+                return 0.0
+        others = sorted((p for p in keep.parent.glob(f"prefix-{self._file_stem}-*.kv") if p != keep),
+                        key=used, reverse=True)
+        for old in others[PREFIX_FILES_KEPT - 1:]:
+            old.unlink(missing_ok=True)
 
     def _load_prefix(self, path: Path, key: str, tokens: list[int]) -> bool:
         """Load a prefix file written by _save_prefix for exactly this key and these tokens; anything else (damaged,
@@ -323,6 +336,10 @@ class LlamaCppChatModel(ChatModel):
             return False
         blob = info["blob"]
         self._prefix = (tokens, blob)
+        try:
+            os.utime(path)  # most recently used: the last to be evicted
+        except OSError:
+            pass
         return True
 
     def close(self) -> None:
