@@ -9,6 +9,7 @@ never raises: a check that throws becomes a "fail" line. Part of the core: no ui
 """
 from __future__ import annotations
 
+import json
 import math
 import socket
 import sys
@@ -301,10 +302,26 @@ def check_prefix(settings: Settings) -> Check:
     if not info["intact"]:
         return Check("prefix", WARN, f"{path.name} is damaged; the next start rebuilds it",
                      f"{path.name} 已损坏；下次启动时重建")
-    en = (f"prefix {info['key'][:12]}: {info['tokens']:,} tokens, {info['bytes'] / 1e6:.0f} MB, built {age_h:.1f} h ago"
-          f" ({path})")
-    zh = f"前缀 {info['key'][:12]}：{info['tokens']:,} 个词元，{info['bytes'] / 1e6:.0f} MB，{age_h:.1f} 小时前构建（{path}）"
+    en = (f"prefix {info['key'][:12]}: {info['tokens']:,} tokens, {info['bytes'] / 1e6:.0f} MB, used {age_h:.1f} h ago"
+          f" ({path}); {len(files)} prefix file(s) kept")
+    zh = (f"前缀 {info['key'][:12]}：{info['tokens']:,} 个词元，{info['bytes'] / 1e6:.0f} MB，{age_h:.1f} 小时前使用"
+          f"（{path}）；共保留 {len(files)} 个前缀文件")
+    twins = _translated_passages(Path(settings.cache_dir))
+    if twins:
+        en += f"; pinned passages translated for the other language: {twins}"
+        zh += f"；已为另一种语言翻译的置顶段落：{twins}"
     return Check("prefix", OK, en, zh)
+
+
+def _translated_passages(cache_dir: Path) -> int:
+    """How many pinned-passage translations the twin files hold (assistant/answering/twin.py)."""
+    total = 0
+    for path in (cache_dir / "twin").glob("translations-*.json"):
+        try:
+            total += len(json.loads(path.read_text(encoding="utf-8")).get("entries", {}))
+        except (OSError, ValueError, AttributeError):
+            continue
+    return total
 
 
 CHECKS: dict[str, Callable[..., Check | list[Check]]] = {

@@ -26,6 +26,7 @@ from .answer import pipeline
 from .answer.prompt import Source
 from .answering import Answerer, final
 from .answering.pins import Pins
+from .answering.twin import Twins
 from .documents import DocumentLibrary, Job
 from .embed import Embedder
 from .errors import UserError
@@ -58,8 +59,12 @@ class AssistantService:
         self._loaded = False  # set once load() has finished warming the model
         self._closed = False  # set by close(): a warm-up still running then fails quietly
         self.documents = DocumentLibrary(self.settings, lambda: self.embedder, self._reopen)
-        self.pins = Pins(self.settings, lambda: self.retriever.snap, lambda text: self.llm.count_tokens(text),
-                         self.list_documents, self._pins_changed)
+        count_tokens = lambda text: self.llm.count_tokens(text)  # noqa: E731 - the model loads on first use
+        twins = (Twins(self.settings.cache_dir, lambda: self.llm, count_tokens,
+                       lambda: self.settings.pinned_token_budget)
+                 if self.settings.backend != "scripted" else None)  # the plumbing engine translates nothing
+        self.pins = Pins(self.settings, lambda: self.retriever.snap, count_tokens, self.list_documents,
+                         self._pins_changed, twins)
         self.answerer: Answerer = Answerer(self)  # every answer's one way through (assistant/answering/)
 
     # ---- the engines (assistant/runtime.py) -----------------------------------------------------------
@@ -97,6 +102,16 @@ class AssistantService:
         """Load index, embedder and model now (the server calls this at start-up); the router's classifier too."""
         self.engines.load(warm, self.system_prompt, self.kind_classifier)
         self._loaded = True
+
+    def warm_twins(self) -> None:
+        """Translate the pinned documents for the other question language once and make their twin a cached prefix
+        (answering/twin.py); the server runs this in the background after load(): minutes on a first start, during
+        which a question in that language reads the documents as they are, under a second on later ones."""
+        try:
+            self._warm_pinned()
+        except Exception:  # a warm-up only: the first question in that language builds the twin itself
+            if not self._closed:
+                log.warning("could not build the pinned documents' twin ahead of time", exc_info=True)
 
     def warm_advisor(self) -> None:
         """Resolve the Advisor's rubric facts for this index generation now (5-10 s, once per generation), so the
@@ -201,9 +216,10 @@ class AssistantService:
         return self.answerer.answer_stream(question, session_id, filters, ticket, owner=owner, client=client)
 
     # ---- the pinned context (assistant/answering/pins.py) --------------------------------------------
-    def pinned_context(self, snap: Any = None) -> pinning.PinnedContext:
-        """The documents always in the model's context, made of `snap`'s passages (default the live generation)."""
-        return self.pins.context(snap)
+    def pinned_context(self, snap: Any = None, lang: str = "") -> pinning.PinnedContext:
+        """The documents always in the model's context, made of `snap`'s passages (default the live generation), as
+        a question in `lang` reads them (their twin in that language when they are in the other)."""
+        return self.pins.context(snap, lang)
 
     def system_prompt(self) -> str:
         return self.pins.system_prompt()
@@ -226,9 +242,15 @@ class AssistantService:
         if self._loaded:
             threading.Thread(target=self._rewarm, name="assistant-rewarm", daemon=True).start()
 
+    def _warm_pinned(self) -> None:
+        """Make every prefix a fact answer may start with cached (the twins' first, translated once; the documents'
+        own last, so it is the one in the KV cache)."""
+        for system in self.pins.prefixes():
+            self.engines.warm(system)
+
     def _rewarm(self) -> None:
         try:
-            self.engines.warm(self.system_prompt())
+            self._warm_pinned()
         except Exception:  # a warm-up only: the next answer prefills the prefix itself
             if not self._closed:
                 log.warning("could not compute the new pinned prefix ahead of time", exc_info=True)

@@ -132,6 +132,9 @@ class Settings(BaseSettings):
     top_k: int = 5
     pinned_context: bool = Field(default=True, description="Keep the pinned documents (by default the reference "
                                  "article) in the model's context as a cached prefix (answer/pinned.py)")
+    pinned_twin: bool = Field(default=True, description="A question in the other language than the pinned documents "
+                              "reads their twin: each passage translated once by the chat model, cached in "
+                              "<cache_dir>/twin, its prefix kept beside the original's (answering/twin.py)")
     pinned_focus: int = Field(default=2, ge=0, le=8, description="The pinned passages closest to the question "
                               "(multilingual embedding) that the user's turn names for the model to read first; 0: none")
     pinned_token_budget: int = Field(default=4000, ge=0, le=16000, description="Tokens the pinned documents may "

@@ -206,6 +206,23 @@ def test_the_prefix_is_rebuilt_after_a_change_of_pinned_text_or_model(tiny_path:
     second.close()
 
 
+def test_two_prefixes_are_held_in_memory_and_either_comes_back_without_a_prefill(tiny_path: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The pinned article and its twin in the other language: a question in either language after one in the other
+    copies its prefix back from memory (no prefill), and warming one again is a memory hit."""
+    model = _model(tiny_path, tmp_path)
+    other = PINNED.replace("Framework note", "Framework remark")
+    model.warmup(PINNED)
+    model.warmup(other)
+    for system in (PINNED, other, PINNED):
+        model.complete([{"role": "system", "content": system}, QUESTION[1]], max_tokens=4, temperature=0.0)
+        assert model.last_usage.extra["cached_tokens"] >= model.count_tokens(system) - 8
+        assert model.last_usage.extra["prefill_tokens"] < 40
+    model.warmup(other)
+    assert model.warmed_from == "memory"
+    model.close()
+
+
 def test_each_model_keeps_its_most_recently_used_prefix_files(tiny_path: Path, tmp_path: Path) -> None:
     """Two processes with other pins share the cache: neither deletes the other's prefix; beyond PREFIX_FILES_KEPT the
     least recently used file goes, and a load counts as a use."""

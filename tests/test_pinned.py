@@ -6,6 +6,9 @@ The prefix's KV cache (kept, reused, rebuilt) is tested on the engine in test_ll
 """
 from __future__ import annotations
 
+import json
+import threading
+
 import httpx
 import pytest
 from httpkit import error_of
@@ -169,3 +172,88 @@ def test_a_process_that_never_loaded_reuses_the_prefix_file_and_a_selection_answ
         assert not again.refused and cold.llm.last_usage.extra["cached_tokens"] >= ctx.tokens - 8
     finally:
         cold.close()
+
+
+def _first_passages(service, k: int = 3) -> pinning.PinnedContext:
+    ctx = _article(service)
+    chunks = list(ctx.chunks[:k])
+    system = pinning.render(chunks)
+    return pinning.PinnedContext(ctx.sources, tuple(chunks), system, service.llm.count_tokens(system))
+
+
+@pytest.mark.slow
+def test_the_twin_is_translated_once_kept_on_disk_and_translated_again_only_where_a_passage_changed(
+        service, tmp_path, caplog) -> None:
+    """An English question reads the Chinese article's English twin: each passage translated once by the model and
+    kept; a new process reuses the file; a changed passage alone is translated again; a damaged file is rebuilt."""
+    import dataclasses
+
+    from assistant.answering.twin import Twins
+    from assistant.text import cjk_count
+
+    llm = service.llm
+
+    def twins() -> Twins:
+        return Twins(tmp_path, lambda: llm, llm.count_tokens, lambda: 4000)
+
+    ctx = _first_passages(service)
+    started = threading.Event()
+
+    def translating_model():
+        started.set()
+        return llm
+
+    first = Twins(tmp_path, translating_model, llm.count_tokens, lambda: 4000)
+    assert first.of(ctx, "zh") is ctx  # Chinese questions read the article as it is
+    built: list[pinning.PinnedContext] = []
+    builder = threading.Thread(target=lambda: built.append(first.of(ctx, "en")))  # a server's background build
+    builder.start()
+    assert started.wait(60)
+    assert first.of(ctx, "en") is ctx  # a question meanwhile does not wait for the translations
+    builder.join(300)
+    (twin,) = built
+    assert first.translated == 3 and twin.lang == "en" and twin.chunks == ctx.chunks
+    assert first.of(ctx, "en") is twin
+    assert all(cjk_count(t) < cjk_count(c.text) / 3 for t, c in zip(twin.texts, ctx.chunks, strict=True))
+    assert twin.system != ctx.system and all(t.split()[0] in twin.system for t in twin.texts)
+    # the check reads the translation, the citation opens the original passage
+    assert [s.hit.chunk.id for s in twin.numbered()] == [c.id for c in ctx.chunks]
+    assert [s.text for s in twin.numbered()] == list(twin.texts)
+    assert [s.text for s in twin.originals()] == [c.text for c in ctx.chunks]
+
+    again = twins()  # another process: the translations come from the file
+    assert again.of(ctx, "en").texts == twin.texts and again.translated == 0
+
+    changed = dataclasses.replace(ctx.chunks[1], text=ctx.chunks[1].text + "另外，它还支持混合精度训练。")
+    chunks = (ctx.chunks[0], changed, ctx.chunks[2])
+    edited = pinning.PinnedContext(ctx.sources, chunks, pinning.render(list(chunks)), 0)
+    assert again.of(edited, "en").texts[::2] == twin.texts[::2] and again.translated == 1
+
+    (path,) = (tmp_path / "twin").glob("translations-*.json")
+    path.write_text('{"format": 1, "entries": [', encoding="utf-8")
+    damaged = twins()
+    with caplog.at_level("WARNING", logger="assistant.answering.twin"):
+        assert damaged.of(ctx, "en").lang == "en"
+    assert damaged.translated == 3 and any("not read" in r.getMessage() for r in caplog.records)
+    assert len(json.loads(path.read_text(encoding="utf-8"))["entries"]) == 3  # whole again
+
+
+def test_an_english_question_reads_the_english_twin_and_its_citations_quote_the_original(service) -> None:
+    """The prompt of an English article question starts with the twin (a server caches its prefix), a Chinese one
+    with the article itself; a citation the check found in the twin's words shows the article's own sentence."""
+    from assistant.answer.citations import citation_record
+    from assistant.answer.pipeline import original_snippets
+
+    zh, en = _article(service), service.pinned_context(None, "en")
+    assert en.lang == "en" and en.chunks == zh.chunks and en.system != zh.system
+    assert service.pins.prefixes() == [en.system, zh.system]  # what a server makes cached prefixes after ready
+    messages = service.answerer.prompt_messages("What are the three core elements for judging a framework's "
+                                                "training support?")
+    assert messages[0]["content"] == en.system
+    assert service.answerer.prompt_messages("评价框架训练支持能力主要看哪几个核心要素？")[0]["content"] == zh.system
+
+    source = next(s for s in en.numbered() if "分布式" in s.hit.chunk.text and len(s.text) > 80)
+    cite = citation_record(source, source.text.split(".")[0], 0.9)  # the twin's words support the claim
+    (shown,) = original_snippets([cite], en, service.embedder)
+    assert shown.chunk_id == source.hit.chunk.id and shown.snippet and shown.snippet in source.hit.chunk.text
+    assert original_snippets([cite], zh, service.embedder) == [cite]  # no twin: nothing to map

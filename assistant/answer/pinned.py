@@ -2,7 +2,9 @@
 
 What it owns: which documents are pinned (`<state_dir>/pinned.json`; by default the reference article), the token
 budget they must fit, the system message that carries them (the answer rules, then each pinned document's passages
-numbered [1]..[k] in reading order under their headings), and the Sources the citation check reads for them.
+numbered [1]..[k] in reading order under their headings), the Sources the citation check reads for them, and their
+twin in a question's language (`twin`: the same passages, numbers and headings, each passage's text translated; the
+translations come from answering/twin.py).
 
 What it does not own: the KV cache of that prefix (assistant/llm/llamacpp.py keeps it in memory and on disk, keyed
 by the exact text), which passages of other documents follow it in the user's turn (pipeline.extra_hits), or
@@ -44,13 +46,22 @@ class PinnedContext:
     chunks: tuple[Chunk, ...]  # their passages, numbered [1]..[k] in this order
     system: str  # the rules and the numbered passages: the prefix every answer's prompt starts with
     tokens: int  # the system message's tokens under the model's tokenizer
+    texts: tuple[str, ...] = ()  # a twin's passage texts (translations), in the chunks' order; () = the chunks' own
+    lang: str = ""  # a twin's language ("" for the documents as they are)
 
     @property
     def k(self) -> int:
         return len(self.chunks)
 
     def numbered(self) -> list[Source]:
-        """The pinned passages as the citation check's Sources [1]..[k] (the whole passage each)."""
+        """The pinned passages as the model reads them in the prefix, as the citation check's Sources [1]..[k] (the
+        whole passage each; a twin's translated text, its Hit the original passage a citation opens)."""
+        texts = self.texts or tuple(c.text for c in self.chunks)
+        return [Source(n, Hit(chunk=c, score=0.0), t) for n, (c, t) in enumerate(zip(self.chunks, texts, strict=True),
+                                                                                  start=1)]
+
+    def originals(self) -> list[Source]:
+        """The pinned passages' own words [1]..[k]: what an answer's sources list shows and a quote may come from."""
         return [Source(n, Hit(chunk=c, score=0.0), c.text) for n, c in enumerate(self.chunks, start=1)]
 
     def holds(self, chunk: Chunk) -> bool:
@@ -60,12 +71,14 @@ class PinnedContext:
 NONE = PinnedContext((), (), "", 0)
 
 
-def render(chunks: list[Chunk]) -> str:
+def render(chunks: list[Chunk], texts: list[str] | None = None) -> str:
     """The rules, then each pinned document: its title, and its passages [n] under their headings (a heading is
-    written where the heading path changes, unnumbered, so the model sees the document's structure)."""
+    written where the heading path changes, unnumbered, so the model sees the document's structure); `texts`: the
+    passages' words when they are not the chunks' own (a twin's translations)."""
     parts = [RULES, "", "Reference documents (always available; cite them as [n] like any source):", "<sources>"]
     source, heading = None, ()
     for n, c in enumerate(chunks, start=1):
+        text = texts[n - 1] if texts is not None else c.text
         if c.source != source:
             source, heading = c.source, ()
             parts.append(f"# {defuse_fences(c.title or c.source)}")
@@ -77,7 +90,7 @@ def render(chunks: list[Chunk]) -> str:
                 if not (depth == 0 and path[0] == c.title):  # the title is written above
                     parts.append("#" * min(depth + 1, 4) + " " + defuse_fences(path[depth]))
             heading = path
-        parts.append(f"[{n}] {defuse_fences(' '.join(c.text.split()))}")
+        parts.append(f"[{n}] {defuse_fences(' '.join(text.split()))}")
     parts.append("</sources>")
     return "\n".join(parts)
 
@@ -103,6 +116,14 @@ def build(all_chunks: Iterable[Chunk], pins: list[str], count_tokens: Callable[[
                         f"置顶文档共需 {tokens} 个词元，超出置顶上下文预算 {budget}（设置项 pinned_token_budget）。"
                         "请先取消置顶其他文档。", status=409)
     return PinnedContext(tuple(kept), tuple(chunks), system, tokens)
+
+
+def twin(ctx: PinnedContext, translations: list[str], lang: str,
+         count_tokens: Callable[[str], int]) -> PinnedContext:
+    """`ctx` in the language `lang`: the same passages, numbers and headings, each passage's words replaced by its
+    translation (a passage already in `lang` is its own). Citations open the original passages."""
+    system = render(list(ctx.chunks), translations)
+    return PinnedContext(ctx.sources, ctx.chunks, system, count_tokens(system), tuple(translations), lang)
 
 
 def default_pins(all_chunks: Iterable[Chunk]) -> list[str]:

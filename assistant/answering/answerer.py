@@ -50,7 +50,7 @@ class Service(Parts, Protocol):
     @property
     def embedder(self) -> Embedder: ...
     def translate(self, question: str) -> str | None: ...
-    def pinned_context(self, snap: Any = None) -> pinning.PinnedContext: ...
+    def pinned_context(self, snap: Any = None, lang: str = "") -> pinning.PinnedContext: ...
     def evidence(self, question: str, hits: list[Hit], count_tokens: Any = None,
                  pinned: pinning.PinnedContext = pinning.NONE, several: bool = False,
                  article: bool = False) -> list[Source]: ...
@@ -122,7 +122,7 @@ class Answerer:
         retriever = svc.retriever  # one index generation for the whole answer
         hits = retriever.search(standalone, k=settings.top_k, filters=Filters.parse(filters), translation=translation)
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        pinned = svc.pinned_context(retriever.snap)
+        pinned = svc.pinned_context(retriever.snap, lang)
         near = retriever.similarities(standalone, pinned.chunks, translation)  # each pinned passage's closeness
         route = router.route(asked, standalone, lang, hits, previous=previous, user_turns=user_turns,
                              vector=_query_vector(retriever, standalone, translation),

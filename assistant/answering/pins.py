@@ -1,6 +1,7 @@
 """The pinned documents: which documents are always in the model's context (the user's pins, stored in the state
 directory; by default the reference article), their `PinnedContext` built from the live index's passages once per
-(index generation, pins, budget), and pinning or unpinning within the token budget (answer/pinned.py builds the
+(index generation, pins, budget), the one a question in each language reads (its twin, answering/twin.py, when the
+documents are in the other language), and pinning or unpinning within the token budget (answer/pinned.py builds the
 context and its prefix text)."""
 from __future__ import annotations
 
@@ -13,25 +14,44 @@ from ..answer.prompt import SYSTEM_PROMPT
 from ..errors import UserError
 from ..index.snapshot import IndexSnapshot as Snapshot
 from ..settings import Settings
+from .twin import LANGUAGES, Twins, needs
 
 log = logging.getLogger(__name__)
 
 
 class Pins:
     def __init__(self, settings: Settings, snapshot: Callable[[], Snapshot], count_tokens: Callable[[str], int],
-                 documents: Callable[[], list[dict[str, Any]]], changed: Callable[[], None]) -> None:
+                 documents: Callable[[], list[dict[str, Any]]], changed: Callable[[], None],
+                 twins: Twins | None = None) -> None:
         """`snapshot()`: the live index generation; `count_tokens`: the model's; `documents()`: every document (id,
-        source, name); `changed()`: called once the pins changed (the service computes the new prefix)."""
+        source, name); `changed()`: called once the pins changed (the service computes the new prefix); `twins`: the
+        translations of the pinned passages (None: questions in either language read the documents as they are)."""
         self.settings = settings
+        self.twins = twins
         self._snapshot = snapshot
         self._count_tokens = count_tokens
         self._documents = documents
         self._changed = changed
         self._built: tuple[tuple[Any, ...], pinning.PinnedContext] | None = None  # (its key, the pinned context)
 
-    def context(self, snap: Snapshot | None = None) -> pinning.PinnedContext:
-        """The documents always in the model's context, made of `snap`'s passages (default the live generation).
+    def context(self, snap: Snapshot | None = None, lang: str = "") -> pinning.PinnedContext:
+        """The documents always in the model's context, made of `snap`'s passages (default the live generation);
+        for a question in `lang`, their twin in that language when they are in the other one (settings.pinned_twin).
         Pins that no longer fit the budget (it was lowered) are left out from the last one, with a log line."""
+        ctx = self._context(snap)
+        if lang and self.twins is not None and self.settings.pinned_twin:
+            return self.twins.of(ctx, lang)
+        return ctx
+
+    def prefixes(self) -> list[str]:
+        """Every system message a fact answer may start with: the twins' (for the question languages the pinned
+        documents are not in), then the documents' own (or the plain rules): what load() makes cached prefixes."""
+        ctx = self._context(None)
+        twins = [self.context(None, lang).system for lang in LANGUAGES
+                 if self.twins is not None and self.settings.pinned_twin and ctx.k and needs(ctx, lang)]
+        return [*dict.fromkeys(t for t in twins if t != ctx.system), ctx.system or SYSTEM_PROMPT]
+
+    def _context(self, snap: Snapshot | None) -> pinning.PinnedContext:
         if not self.settings.pinned_context:
             return pinning.NONE
         snap = snap or self._snapshot()  # an answer passes the generation it retrieved from

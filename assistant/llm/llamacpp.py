@@ -18,6 +18,7 @@ import os
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ def _draft_model(llama_cpp: Any, speculative: str) -> Any:
 
 PREFIX_MAGIC = b"FAKV1\n"
 PREFIX_FILES_KEPT = 3  # per model file: the most recently used prefixes (processes with other pins, other languages)
+PREFIXES_IN_MEMORY = 2  # per engine: the pinned context and its twin in the other language (answer/pinned.py)
 
 
 def prefix_file_info(path: Path) -> dict[str, Any]:
@@ -109,8 +111,9 @@ class LlamaCppChatModel(ChatModel):
         self.load_s = time.perf_counter() - started
         self.n_ctx = n_ctx
         self.state_dir = Path(state_dir) if state_dir else None
-        self.warmed_from = ""  # "", "prefill" or "disk": how the last warmup() got its KV cache
-        self._prefix: tuple[list[int], bytes] | None = None  # the cached prefix: its tokens and sequence 0's KV
+        self.warmed_from = ""  # "", "prefill", "disk" or "memory": how the last warmup() got its KV cache
+        # the cached prefixes, most recently warmed last: key -> (tokens, sequence 0's KV)
+        self._prefixes: OrderedDict[str, tuple[list[int], bytes]] = OrderedDict()
         self.prefix_info: dict[str, Any] = {}  # what warmup() did: key, tokens, bytes, from, seconds, path
         self._file_stem = "".join(ch if ch.isalnum() or ch in "._" else "_" for ch in self.path.stem)[:60]
         st = self.path.stat()
@@ -221,17 +224,22 @@ class LlamaCppChatModel(ChatModel):
         key = self.prefix_key(tokens)
         path = self.state_dir / f"prefix-{self._file_stem}-{key}.kv" if self.state_dir is not None else None
         with self._lock:
-            if path is not None and self._load_prefix(path, key, tokens):
+            if key in self._prefixes:
+                self.warmed_from = "memory"
+            elif path is not None and (blob := self._load_prefix(path, key, tokens)) is not None:
+                self._keep(key, tokens, blob)
                 self.warmed_from = "disk"
             else:
                 self._llm.reset()
                 self._llm.eval(tokens)
-                self._prefix = (tokens, self._seq_state())
+                self._keep(key, tokens, self._seq_state())
                 self.warmed_from = "prefill"
                 if path is not None:
-                    self._save_prefix(path, key, tokens, self._prefix[1])
+                    self._save_prefix(path, key, tokens, self._prefixes[key][1])
+            self._prefixes.move_to_end(key)
+            size = len(self._prefixes[key][1])
         seconds = time.perf_counter() - started
-        self.prefix_info = {"key": key, "tokens": len(tokens), "bytes": len(self._prefix[1]),
+        self.prefix_info = {"key": key, "tokens": len(tokens), "bytes": size,
                             "from": self.warmed_from, "seconds": round(seconds, 3),
                             "path": str(path) if path is not None else ""}
         log.info("prefix of %d tokens %s in %.2f s (%s)", len(tokens),
@@ -276,19 +284,25 @@ class LlamaCppChatModel(ChatModel):
         self._llm._requires_eval = True  # no live logits: the prompt's next token is decoded before sampling
         return True
 
+    def _keep(self, key: str, tokens: list[int], blob: bytes) -> None:
+        """Hold a prefix in memory: the PREFIXES_IN_MEMORY most recently warmed ones."""
+        self._prefixes[key] = (tokens, blob)
+        while len(self._prefixes) > PREFIXES_IN_MEMORY:
+            self._prefixes.popitem(last=False)
+
     def _ensure_prefix(self, tokens: list[int]) -> None:
-        """Before a prompt that starts with the cached prefix: when another prompt (a selection answer's, a
-        benchmark's) has displaced it from the KV cache, copy it back from memory instead of prefilling it."""
-        if self._prefix is None:
+        """Before a prompt that starts with a cached prefix: when another prompt (a selection answer's, the other
+        language's, a benchmark's) has displaced it from the KV cache, copy it back from memory instead of
+        prefilling it."""
+        for key, (prefix, blob) in list(self._prefixes.items()):
+            n = len(prefix)
+            if len(tokens) <= n or tokens[:n] != prefix:
+                continue
+            held = self._llm.n_tokens >= n and list(self._llm.input_ids[:n]) == prefix
+            if not held and not self._set_seq_state(prefix, blob):
+                log.warning("llama.cpp refused the cached prefix; prefilling it")
+                del self._prefixes[key]
             return
-        prefix, blob = self._prefix
-        n = len(prefix)
-        if len(tokens) <= n or tokens[:n] != prefix:
-            return
-        held = self._llm.n_tokens >= n and list(self._llm.input_ids[:n]) == prefix
-        if not held and not self._set_seq_state(prefix, blob):
-            log.warning("llama.cpp refused the cached prefix; prefilling it")
-            self._prefix = None
 
     def _save_prefix(self, path: Path, key: str, tokens: list[int], blob: bytes) -> None:
         """Write the prefix file atomically: magic, header length, a JSON header (key, tokens, size, CRC), the KV."""
@@ -316,31 +330,30 @@ class LlamaCppChatModel(ChatModel):
         for old in others[PREFIX_FILES_KEPT - 1:]:
             old.unlink(missing_ok=True)
 
-    def _load_prefix(self, path: Path, key: str, tokens: list[int]) -> bool:
-        """Load a prefix file written by _save_prefix for exactly this key and these tokens; anything else (damaged,
-        partial, written by another build or for another prefix) is logged, removed and False."""
+    def _load_prefix(self, path: Path, key: str, tokens: list[int]) -> bytes | None:
+        """Load a prefix file written by _save_prefix for exactly this key and these tokens: its KV bytes, now in
+        sequence 0; anything else (damaged, partial, written by another build or for another prefix) is logged,
+        removed and None."""
         try:
             info = prefix_file_info(path)
         except FileNotFoundError:
-            return False
+            return None
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             log.warning("cached prefix %s not loaded (%s): rebuilding it", path, exc or type(exc).__name__)
             path.unlink(missing_ok=True)
-            return False
+            return None
         problem = ("written for another engine, model or prefix" if info["key"] != key or info["ids"] != tokens
                    else "truncated or damaged" if not info["intact"]
                    else "llama.cpp refused it" if not self._set_seq_state(tokens, info["blob"]) else "")
         if problem:
             log.warning("cached prefix %s not loaded (%s): rebuilding it", path, problem)
             path.unlink(missing_ok=True)
-            return False
-        blob = info["blob"]
-        self._prefix = (tokens, blob)
+            return None
         try:
             os.utime(path)  # most recently used: the last to be evicted
         except OSError:
             pass
-        return True
+        return info["blob"]
 
     def close(self) -> None:
         with self._lock:
