@@ -238,6 +238,21 @@ def test_the_twin_is_translated_once_kept_on_disk_and_translated_again_only_wher
     assert len(json.loads(path.read_text(encoding="utf-8"))["entries"]) == 3  # whole again
 
 
+def test_a_refused_question_in_the_other_language_builds_no_twin(fast_settings) -> None:
+    """The refusal reads the article as it is: an off-topic English question is refused without the twin's
+    translations (minutes on a first start) being made or loaded."""
+    from assistant.service import AssistantService
+
+    svc = AssistantService(fast_settings)
+    try:
+        ans = svc.ask("Give me a recipe for dumplings.")
+        assert ans.refused and svc.pins.twins is not None and svc.pins.twins.built() == []
+        svc.ask("What are the three core elements for judging a framework's training support?")
+        assert svc.pins.twins.built() == ["en"]
+    finally:
+        svc.close()
+
+
 def test_an_english_question_reads_the_english_twin_and_its_citations_quote_the_original(service) -> None:
     """The prompt of an English article question starts with the twin (a server caches its prefix), a Chinese one
     with the article itself; a citation the check found in the twin's words shows the article's own sentence."""

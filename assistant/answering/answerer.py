@@ -122,7 +122,7 @@ class Answerer:
         retriever = svc.retriever  # one index generation for the whole answer
         hits = retriever.search(standalone, k=settings.top_k, filters=Filters.parse(filters), translation=translation)
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        pinned = svc.pinned_context(retriever.snap, lang)
+        pinned = svc.pinned_context(retriever.snap)  # the refusal and the router read the documents as they are
         near = retriever.similarities(standalone, pinned.chunks, translation)  # each pinned passage's closeness
         route = router.route(asked, standalone, lang, hits, previous=previous, user_turns=user_turns,
                              vector=_query_vector(retriever, standalone, translation),
@@ -139,6 +139,8 @@ class Answerer:
                 plan.remember = router.remembered(route, sel.recommended)
         if plan is None:
             decision = route.decision
+            if not decision.refuse:  # the model reads them in the question's language (their twin, answering/twin.py)
+                pinned = svc.pinned_context(retriever.snap, lang)
             sources = [] if decision.refuse else svc.evidence(standalone, hits, count_tokens, pinned=pinned,
                                                               several=route.several, article=route.article)
             focus = pipeline.focus(near, settings.pinned_focus, sources)

@@ -87,6 +87,10 @@ class Twins:
         finally:
             self._lock.release()
 
+    def built(self) -> list[str]:
+        """The languages this process has a twin for."""
+        return sorted({lang for lang, _ in self._built})
+
     def _translations(self, ctx: pinning.PinnedContext, lang: str) -> list[str]:
         model = self._model()
         path = self.dir / f"translations-{_safe(model.name)}.json"
