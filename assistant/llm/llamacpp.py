@@ -243,7 +243,7 @@ class LlamaCppChatModel(ChatModel):
                             "from": self.warmed_from, "seconds": round(seconds, 3),
                             "path": str(path) if path is not None else ""}
         log.info("prefix of %d tokens %s in %.2f s (%s)", len(tokens),
-                 "loaded" if self.warmed_from == "disk" else "computed", seconds, key)
+                 {"disk": "loaded", "memory": "held in memory"}.get(self.warmed_from, "computed"), seconds, key)
 
     def prefix_tokens(self, system: str) -> list[int]:
         """The tokens every prompt with this system message starts with: the common prefix of two prompts that differ
