@@ -303,13 +303,13 @@ def check_prefix(settings: Settings) -> Check:
         return Check("prefix", WARN, f"{path.name} is damaged; the next start rebuilds it",
                      f"{path.name} 已损坏；下次启动时重建")
     en = (f"prefix {info['key'][:12]}: {info['tokens']:,} tokens, {info['bytes'] / 1e6:.0f} MB, used {age_h:.1f} h ago"
-          f" ({path}); {len(files)} prefix file(s) kept")
+          f" ({path}); {len(files)} prefix file(s) in the cache, at most 3 per model")
     zh = (f"前缀 {info['key'][:12]}：{info['tokens']:,} 个词元，{info['bytes'] / 1e6:.0f} MB，{age_h:.1f} 小时前使用"
-          f"（{path}）；共保留 {len(files)} 个前缀文件")
+          f"（{path}）；缓存中共 {len(files)} 个前缀文件，每个模型至多 3 个")
     twins = _translated_passages(Path(settings.cache_dir))
     if twins:
-        en += f"; pinned passages translated for the other language: {twins}"
-        zh += f"；已为另一种语言翻译的置顶段落：{twins}"
+        en += f"; pinned-passage translations cached (all models): {twins}"
+        zh += f"；已缓存的置顶段落译文（所有模型）：{twins}"
     return Check("prefix", OK, en, zh)
 
 
