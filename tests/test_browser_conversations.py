@@ -147,7 +147,11 @@ def test_a_question_sent_while_the_answer_stops_is_answered_not_dropped(browser,
     except Exception:
         page.screenshot(path=str(ARTIFACTS / "13-second-question.png"), full_page=True)
         raise
-    assert "（已停止）" in page.locator("#fa-chat .message-content").nth(1).inner_text()
+    stopped = page.locator("#fa-chat .message-content").nth(1).inner_text()
+    if "（已停止）" not in stopped:  # seen once in a full slow run (2026-12-03), not reproduced alone: keep the evidence
+        page.screenshot(path=str(ARTIFACTS / "13-stopped-mark.png"), full_page=True)
+        log = ui_server.log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
+        raise AssertionError(f"the stopped answer shows {stopped!r} without its mark; server log:\n{log}")
     page.locator("#fa-regenerate").click()
     status_has(page, "第 2 版")
     assert bubbles(page) == 4 and second in page.locator("#fa-chat .message-content").nth(2).inner_text()
