@@ -254,7 +254,9 @@ class ChatHandlers:
             # the session exists before the answer starts: the stop button names it
             session_id = session_id or self.service.new_session(owner=owner, client=client or None)
             # a question sent while the session's answer is still being written or stopped waits for it (the
-            # service answers a session's questions in order); the chat is redrawn from the store once it is saved
+            # service answers a session's questions in order); the chat is redrawn from the store once the answer
+            # starts, whether it waited or not: the chat this question was sent with may hold the previous answer
+            # as it was streaming (a stop that was saved in between shows its mark only in the store)
             waiting = self.service.answering(session_id)
             yield history, "", t["waiting_previous" if waiting else "retrieving"], session_id, "", ""
             ticket = self.service.admit()
@@ -264,7 +266,7 @@ class ChatHandlers:
             for ev in events:
                 if ev.kind == "sources":
                     hits = ev.data
-                    if waiting:
+                    if len(history) > 2:
                         stored = self.service.get_session(session_id, owner=owner, client=client or None)
                         before = messages_to_chat(stored, lang) if stored else history[:-2]
                         history = (before[:-2] if replace else before) + history[-2:]
