@@ -103,15 +103,17 @@ class AssistantService:
         self.engines.load(warm, self.system_prompt, self.kind_classifier)
         self._loaded = True
 
-    def warm_twins(self) -> None:
-        """Translate the pinned documents for the other question language once and make their twin a cached prefix
-        (answering/twin.py); the server runs this in the background after load(): minutes on a first start, during
-        which a question in that language reads the documents as they are, under a second on later ones."""
+    def warm_pinned(self) -> None:
+        """Make every prefix a fact answer may start with cached: the pinned documents' twin for the other question
+        language (answering/twin.py: translated once; minutes on a first start, during which a question in that
+        language reads the documents as they are, under a second on later ones), then the documents' own, so it is
+        the one in the KV cache. The server runs this in the background after load() and after the pins change."""
         try:
-            self._warm_pinned()
-        except Exception:  # a warm-up only: the first question in that language builds the twin itself
+            for system in self.pins.prefixes():
+                self.engines.warm(system)
+        except Exception:  # a warm-up only: the next answer builds what it needs itself
             if not self._closed:
-                log.warning("could not build the pinned documents' twin ahead of time", exc_info=True)
+                log.warning("could not compute the pinned prefixes ahead of time", exc_info=True)
 
     def warm_advisor(self) -> None:
         """Resolve the Advisor's rubric facts for this index generation now (5-10 s, once per generation), so the
@@ -240,20 +242,7 @@ class AssistantService:
 
     def _pins_changed(self) -> None:
         if self._loaded:
-            threading.Thread(target=self._rewarm, name="assistant-rewarm", daemon=True).start()
-
-    def _warm_pinned(self) -> None:
-        """Make every prefix a fact answer may start with cached (the twins' first, translated once; the documents'
-        own last, so it is the one in the KV cache)."""
-        for system in self.pins.prefixes():
-            self.engines.warm(system)
-
-    def _rewarm(self) -> None:
-        try:
-            self._warm_pinned()
-        except Exception:  # a warm-up only: the next answer prefills the prefix itself
-            if not self._closed:
-                log.warning("could not compute the new pinned prefix ahead of time", exc_info=True)
+            threading.Thread(target=self.warm_pinned, name="assistant-rewarm", daemon=True).start()
 
     def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None,
                  pinned: pinning.PinnedContext = pinning.NONE, several: bool = False,

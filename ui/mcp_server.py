@@ -564,7 +564,7 @@ def run_stdio(settings: Settings) -> None:
             edge.loaded.set()
         if edge.load_error is None:  # as `serve` does: the first selection question then finds the facts resolved
             service.warm_advisor()
-            service.warm_twins()
+            service.warm_pinned()
 
     threading.Thread(target=load, name="assistant-load", daemon=True).start()
     try:

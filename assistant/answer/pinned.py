@@ -56,9 +56,9 @@ class PinnedContext:
     def numbered(self) -> list[Source]:
         """The pinned passages as the model reads them in the prefix, as the citation check's Sources [1]..[k] (the
         whole passage each; a twin's translated text, its Hit the original passage a citation opens)."""
-        texts = self.texts or tuple(c.text for c in self.chunks)
-        return [Source(n, Hit(chunk=c, score=0.0), t) for n, (c, t) in enumerate(zip(self.chunks, texts, strict=True),
-                                                                                  start=1)]
+        if not self.texts:
+            return self.originals()
+        return [Source(s.n, s.hit, t) for s, t in zip(self.originals(), self.texts, strict=True)]
 
     def originals(self) -> list[Source]:
         """The pinned passages' own words [1]..[k]: what an answer's sources list shows and a quote may come from."""

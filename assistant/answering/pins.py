@@ -14,7 +14,7 @@ from ..answer.prompt import SYSTEM_PROMPT
 from ..errors import UserError
 from ..index.snapshot import IndexSnapshot as Snapshot
 from ..settings import Settings
-from .twin import LANGUAGES, Twins, needs
+from .twin import LANGUAGES, Twins
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,9 @@ class Pins:
 
     def prefixes(self) -> list[str]:
         """Every system message a fact answer may start with: the twins' (for the question languages the pinned
-        documents are not in), then the documents' own (or the plain rules): what load() makes cached prefixes."""
+        documents are not in), then the documents' own (or the plain rules): what a server makes cached prefixes."""
         ctx = self._context(None)
-        twins = [self.context(None, lang).system for lang in LANGUAGES
-                 if self.twins is not None and self.settings.pinned_twin and ctx.k and needs(ctx, lang)]
+        twins = (self.context(None, lang).system for lang in LANGUAGES)  # the documents themselves where none is needed
         return [*dict.fromkeys(t for t in twins if t != ctx.system), ctx.system or SYSTEM_PROMPT]
 
     def _context(self, snap: Snapshot | None) -> pinning.PinnedContext:

@@ -39,7 +39,7 @@ PROMPTS = {
 FORMAT = 1
 
 
-def needs(ctx: pinning.PinnedContext, lang: str) -> bool:
+def _needs(ctx: pinning.PinnedContext, lang: str) -> bool:
     """Whether a question in `lang` needs a twin: some pinned passage is in the other language."""
     return any(detect_language(c.text) != lang for c in ctx.chunks)
 
@@ -56,18 +56,20 @@ class Twins:
         self._count_tokens = count_tokens
         self._budget = budget
         self._lock = threading.Lock()
-        self._built: dict[tuple[str, str], pinning.PinnedContext] = {}  # (lang, original system) -> its twin
+        # (lang, original system) -> what a question in lang reads: the twin, or the original when it needs none
+        self._built: dict[tuple[str, str], pinning.PinnedContext] = {}
         self.translated = 0  # passages this process translated (the rest came from the file)
 
     def of(self, ctx: pinning.PinnedContext, lang: str) -> pinning.PinnedContext:
         """`ctx` as a question in `lang` reads it: itself when every passage is in `lang`, else its twin (passages
         not yet translated are translated now, once). The original when the twin would not fit the budget, and
         while another thread is building a twin (a server's first start): that question does not wait minutes."""
-        if not ctx.k or lang not in PROMPTS or not needs(ctx, lang):
-            return ctx
         key = (lang, ctx.system)
-        if key in self._built:
+        if key in self._built:  # decided once per pinned text: a question's hot path detects no languages
             return self._built[key]
+        if not ctx.k or lang not in PROMPTS or not _needs(ctx, lang):
+            self._remember(key, ctx)
+            return ctx
         if not self._lock.acquire(blocking=False):
             log.info("the %s twin of the pinned documents is being built: this question reads them as they are", lang)
             return ctx
@@ -80,16 +82,19 @@ class Twins:
                 log.warning("the %s twin of the pinned documents needs %d tokens, over the budget of %d: questions "
                             "in %s read the documents as they are", lang, twin.tokens, self._budget(), lang)
                 twin = ctx
-            self._built[key] = twin
-            while len(self._built) > 4:  # the pins changed: older twins are not asked for again
-                self._built.pop(next(iter(self._built)))
+            self._remember(key, twin)
             return twin
         finally:
             self._lock.release()
 
+    def _remember(self, key: tuple[str, str], ctx: pinning.PinnedContext) -> None:
+        self._built[key] = ctx
+        while len(self._built) > 8:  # the pins changed: older contexts are not asked for again
+            self._built.pop(next(iter(self._built)))
+
     def built(self) -> list[str]:
         """The languages this process has a twin for."""
-        return sorted({lang for lang, _ in self._built})
+        return sorted({ctx.lang for ctx in self._built.values() if ctx.lang})
 
     def _translations(self, ctx: pinning.PinnedContext, lang: str) -> list[str]:
         model = self._model()
