@@ -255,9 +255,9 @@ def test_a_refused_question_in_the_other_language_builds_no_twin(fast_settings) 
 
 def test_an_english_question_reads_the_english_twin_and_its_citations_quote_the_original(service) -> None:
     """The prompt of an English article question starts with the twin (a server caches its prefix), a Chinese one
-    with the article itself; a citation the check found in the twin's words shows the article's own sentence."""
-    from assistant.answer.citations import citation_record
-    from assistant.answer.pipeline import original_snippets
+    with the article itself; the citation check scores a claim against the article's own words, so a citation's
+    snippet is the article's sentence."""
+    from assistant.answer.citations import CitationChecker, split_sentences
 
     zh, en = _article(service), service.pinned_context(None, "en")
     assert en.lang == "en" and en.chunks == zh.chunks and en.system != zh.system
@@ -268,7 +268,7 @@ def test_an_english_question_reads_the_english_twin_and_its_citations_quote_the_
     assert service.answerer.prompt_messages("评价框架训练支持能力主要看哪几个核心要素？")[0]["content"] == zh.system
 
     source = next(s for s in en.numbered() if "分布式" in s.hit.chunk.text and len(s.text) > 80)
-    cite = citation_record(source, source.text.split(".")[0], 0.9)  # the twin's words support the claim
-    (shown,) = original_snippets([cite], en, service.embedder)
-    assert shown.chunk_id == source.hit.chunk.id and shown.snippet and shown.snippet in source.hit.chunk.text
-    assert original_snippets([cite], zh, service.embedder) == [cite]  # no twin: nothing to map
+    claim = max(split_sentences(source.text), key=len)  # the twin's words, as the model read them
+    checked = CitationChecker(service.embedder).check(f"{claim} [{source.n}]", en.numbered())
+    assert [c.chunk_id for c in checked.citations] == [source.hit.chunk.id]
+    assert checked.citations[0].snippet in source.hit.chunk.text  # the article's sentence, not the translation

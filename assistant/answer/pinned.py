@@ -2,7 +2,7 @@
 
 What it owns: which documents are pinned (`<state_dir>/pinned.json`; by default the reference article), the token
 budget they must fit, the system message that carries them (the answer rules, then each pinned document's passages
-numbered [1]..[k] in reading order under their headings), the Sources the citation check reads for them, and their
+numbered [1]..[k] in reading order under their headings), the Sources the citation check scores them as, and their
 twin in a question's language (`twin`: the same passages, numbers and headings, each passage's text translated; the
 translations come from answering/twin.py).
 
@@ -54,8 +54,9 @@ class PinnedContext:
         return len(self.chunks)
 
     def numbered(self) -> list[Source]:
-        """The pinned passages as the model reads them in the prefix, as the citation check's Sources [1]..[k] (the
-        whole passage each; a twin's translated text, its Hit the original passage a citation opens)."""
+        """The pinned passages [1]..[k] as the model reads them in the prefix (a twin's translated text), each with
+        its Hit: the original passage, whose own words the citation check scores a claim against and a citation
+        opens."""
         if not self.texts:
             return self.originals()
         return [Source(s.n, s.hit, t) for s, t in zip(self.originals(), self.texts, strict=True)]

@@ -13,7 +13,6 @@ holds no state of its own. Benchmarks replay the same functions, so what they me
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections.abc import Callable, Generator
@@ -23,7 +22,7 @@ from typing import Any
 from ..embed import Embedder
 from ..frameworks import find_frameworks
 from ..llm.base import ChatModel, Message
-from ..types import SNIPPET_MAX, Citation, Hit
+from ..types import Citation, Hit
 from .citations import CitationChecker, quoted_answer, renumber
 from .evidence import DEFAULT_MAX_SOURCES, best_sentence, select_evidence
 from .pinned import NONE, PinnedContext
@@ -113,20 +112,6 @@ def pinned_shown(hits: list[Hit], pinned: PinnedContext = NONE, focus: list[int]
     ranked = {h.chunk.id for h in hits}
     named = set(focus or ())
     return [s for s in pinned.originals() if s.hit.chunk.id in ranked or s.n in named]
-
-
-def original_snippets(citations: list[Citation], pinned: PinnedContext, embedder: Embedder) -> list[Citation]:
-    """A twin's citations show the pinned passage's own words: its sentence closest to the translated words that
-    supported the claim (the check reads the translation; what a citation quotes is the document)."""
-    if not pinned.lang:
-        return citations
-    originals = {s.hit.chunk.id: s for s in pinned.originals()}
-    out = []
-    for c in citations:
-        src = originals.get(c.chunk_id)
-        best = best_sentence(c.snippet, [src], embedder) if src is not None and c.snippet else None
-        out.append(dataclasses.replace(c, snippet=best[1].strip()[:SNIPPET_MAX]) if best else c)
-    return out
 
 
 def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_tokens: Callable[[str], int],

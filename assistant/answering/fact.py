@@ -28,12 +28,11 @@ def fact_plan(answer: Answer, decision: Decision, hits: list[Hit], sources: list
     checked_sources = pinned.numbered() + sources  # what a citation may open
 
     def with_cited_pinned(result: Result) -> Result:
-        """A cited pinned passage joins the sources the answer lists, its citation quoting its own words."""
+        """A cited pinned passage joins the sources the answer lists."""
         listed = {h.chunk.id for h in answer.sources}
         cited = {c.chunk_id for c in result.citations}
         result.sources = [*answer.sources, *(s.hit for s in checked_sources
                                              if s.hit.chunk.id not in listed and s.hit.chunk.id in cited)]
-        result.citations = pipeline.original_snippets(result.citations, pinned, embedder)
         return result
 
     def finish(raw: str, stopped: bool) -> Result:

@@ -1,11 +1,10 @@
 """The pinned documents in a question's language: each pinned passage translated once by the chat model and kept
-on disk, so an English question reads an English twin of the Chinese article (and its answer is checked against
-that twin), with the same passage numbers and headings; citations open the original passages (answer/pinned.py
-`twin` builds the context, llm/llamacpp.py keeps its prefix's KV beside the original's).
+on disk, so an English question reads an English twin of the Chinese article, with the same passage numbers and
+headings; the citation check reads the passages' own words, which citations open (answer/pinned.py `twin` builds the
+context, llm/llamacpp.py keeps its prefix's KV beside the original's).
 
-Why a twin: the citation check compares an English sentence with a Chinese passage by the multilingual embedding
-alone, where faithful sentences score below the support floor, and the small model answers an English question
-from the Chinese prefix less completely (docs/pinned-context.md, "Questions in the other language").
+Why a twin: the small model answers an English question from the Chinese prefix less completely
+(docs/pinned-context.md, "Questions in the other language").
 
 Owns the passage translation prompt (whole passages with tables and lists; assistant/translate.py translates search
 queries), the translations file `<cache_dir>/twin/translations-<model>.json` (keyed by the model, the prompt, the
