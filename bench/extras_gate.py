@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from assistant.answer.pipeline import extra_hits  # noqa: E402
+from assistant.answering.twin import LANGUAGES  # noqa: E402
 from assistant.evaluate.metrics import fact_present  # noqa: E402
 from assistant.lang import detect_language  # noqa: E402
 from assistant.lexicon import refers_to_article  # noqa: E402
@@ -59,7 +60,7 @@ def main() -> int:
     rules = ["rank", *[f"rank+own@{m:g}" for m in margins], *[f"rank+twin@{m:g}" for m in margins],
              *[f"dense+{m:g}" for m in margins]]
     tally = {r: {"needless": 0, "missing": 0, "served": 0, "need": 0, "n": 0, "none": 0} for r in rules}
-    twins = {lang: svc.pinned_context(retriever.snap, lang) for lang in ("zh", "en")}
+    twins = {lang: svc.pinned_context(retriever.snap, lang) for lang in LANGUAGES}
     vectors = {lang: svc.embedder.passages(list(t.texts)) for lang, t in twins.items() if t.lang}
     for row in rows:
         q = row["question"]

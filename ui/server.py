@@ -197,7 +197,7 @@ def _load_in_background(app: FastAPI, service: AssistantService) -> threading.Th
             service.load(warm=True)
             log.info("model and index loaded; ready")
             service.warm_advisor()  # after ready: the first selection question then finds the facts resolved
-            service.warm_pinned()  # then the pinned article's twin for questions in the other language
+            service.warm_pinned()  # then every pinned prefix: the article's twin for the other language, the article's own
         except UserError as exc:
             app.state.load_error = exc
             log.error("start-up failed: %s", exc.en)
