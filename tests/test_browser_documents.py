@@ -85,19 +85,24 @@ def test_documents_tab_upload_list_search_delete(doc_server: ServerProcess, tmp_
 
 
 def _choose_file(page, doc: Path, server: ServerProcess) -> None:
-    """Choose the file in the Documents tab's file input and wait until Gradio has uploaded it and shows its name.
-    A choice made before the input's handler is attached (a loaded machine) never sends the upload: it is made once
-    more, as a user would; a failure names what the browser sent and the server's log."""
-    shown = f"document.querySelector('#doc-file').innerText.includes('{doc.name}')"
+    """Choose the file in the Documents tab's file input and wait until Gradio has uploaded it: its preview row
+    names the file (`td.filename[aria-label=...]`; the row's text splits the name into stem and extension, and
+    the one-piece name shows only while "Uploading..." is on screen). A choice made before the input's handler
+    is attached (a loaded machine) leaves the input in place and sends nothing: it is made once more, as a user
+    would; a failure names what the browser sent, what the component shows and the server's log."""
+    uploaded = f"#doc-file td.filename[aria-label='{doc.name}']"
     sent: list[str] = []
     page.on("request", lambda r: sent.append(f"{r.method} {r.url}") if "upload" in r.url else None)
     for attempt in (1, 2):
-        page.locator("#doc-file input[type=file]").set_input_files(str(doc))
+        chooser = page.locator("#doc-file input[type=file]")
+        if chooser.count():
+            chooser.set_input_files(str(doc))
         try:
-            page.wait_for_function(shown, timeout=60_000)
+            page.wait_for_selector(uploaded, timeout=60_000)
             return
         except Exception:
             page.screenshot(path=str(ARTIFACTS / f"09-documents-upload-{attempt}.png"))
+    shows = page.locator("#doc-file").inner_text()
     log = server.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
-    raise AssertionError(f"the chosen file never showed in #doc-file; upload requests sent: {sent}; server log:\n{log}")
-
+    raise AssertionError(f"the chosen file was never uploaded into #doc-file (it shows {shows!r}); upload requests "
+                         f"sent: {sent}; server log:\n{log}")
