@@ -24,6 +24,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from retrieval import load_questions, rank_of_hit  # noqa: E402
 
 from assistant.embed import create_embedder  # noqa: E402
 from assistant.index.snapshot import IndexSnapshot  # noqa: E402
@@ -37,9 +40,15 @@ ASK = ("Passage ({head}): {text}\n\nDoes this passage contain the answer to the 
        "<|im_end|>\n<|im_start|>assistant\n")
 
 
-def relevance(llm, question: str, passages: list[tuple[str, str]]) -> list[float]:
-    """log P(yes) - log P(no) for each (heading, text) after the question, the question's tokens evaluated once."""
+def answer_tokens(llm) -> tuple[list[int], list[int]]:
+    """The first tokens of "yes"/"Yes" and of "no"/"No"."""
     first = [llm.tokenize(w.encode(), add_bos=False, special=False)[0] for w in ("yes", "Yes", "no", "No")]
+    return first[:2], first[2:]
+
+
+def relevance(llm, answers: tuple[list[int], list[int]], question: str, passages: list[tuple[str, str]]) -> list[float]:
+    """log P(yes) - log P(no) for each (heading, text) after the question, the question's tokens evaluated once."""
+    yes, no = answers
     prefix = llm.tokenize(PROMPT.format(q=question).encode(), add_bos=False, special=True)
     llm.reset()
     llm.eval(prefix)
@@ -48,7 +57,7 @@ def relevance(llm, question: str, passages: list[tuple[str, str]]) -> list[float
         llm.n_tokens = len(prefix)  # back to the question's prefix; its KV cells stay
         llm.eval(llm.tokenize(ASK.format(head=head, text=text).encode(), add_bos=False, special=True))
         logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
-        out.append(float(np.logaddexp.reduce(logits[first[:2]]) - np.logaddexp.reduce(logits[first[2:]])))
+        out.append(float(np.logaddexp.reduce(logits[yes]) - np.logaddexp.reduce(logits[no])))
     return out
 
 
@@ -56,7 +65,8 @@ def report(name: str, order: Callable[[dict], list[str]], rows: list[dict]) -> d
     groups: dict[str, list[int]] = {}
     for r in rows:
         srcs = order(r)
-        hit = [any(any(s.endswith(t) for t in r["targets"]) for s in srcs[:k]) for k in (1, 5)]
+        rank = rank_of_hit(srcs, r["targets"])
+        hit = [rank is not None and rank <= k for k in (1, 5)]
         for g in ("all", r["split"], "cross" if r["cross"] else "same"):
             a = groups.setdefault(g, [0, 0, 0])
             a[0] += 1
@@ -82,12 +92,14 @@ def main() -> None:
     retriever = Retriever(snap, create_embedder(settings.embedder, 2))
     llm = Llama(model_path=str(prepare_model(args.model, settings.cache_dir)), n_ctx=2048, n_threads=2,
                 n_batch=512, verbose=False)
+    answers = answer_tokens(llm)
     rows = []
-    for q in (json.loads(line) for line in (REPO / "bench/data/retrieval.jsonl").read_text().splitlines() if line):
+    for q in load_questions(REPO / "bench/data/retrieval.jsonl", "all"):
         hits = retriever.search(q["question"], k=max(args.top, 5))
         t0 = time.perf_counter()
-        rel = relevance(llm, q["question"], [(" > ".join(h.chunk.heading_path[-2:]),
-                                               " ".join(h.chunk.text.split())[:args.chars]) for h in hits[:args.top]])
+        rel = relevance(llm, answers, q["question"], [(" > ".join(h.chunk.heading_path[-2:]),
+                                                        " ".join(h.chunk.text.split())[:args.chars])
+                                                       for h in hits[:args.top]])
         rows.append({"id": q["id"], "split": q["split"], "cross": bool(q.get("cross_lingual")),
                      "targets": q["source_files"], "sources": [h.chunk.source for h in hits],
                      "fused": [h.score for h in hits], "rel": rel, "s": time.perf_counter() - t0})
