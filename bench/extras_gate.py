@@ -74,17 +74,18 @@ def main() -> int:
         if lang in vectors:  # and in the question's language, through the twin
             qvec = retriever.query_vector(q)
             both[lang] = max(both.get(lang, -1.0), float(np.max(vectors[lang] @ qvec)))
+        ranked = extra_hits(hits, ctx, refers_to_article(q))
+        closest_pinned = max(both.values())
         for rule in rules:
             if rule == "rank":
-                extras = extra_hits(hits, ctx, refers_to_article(q))
+                extras = ranked
             elif rule.startswith("rank+"):
                 m = float(rule.split("@")[1])
                 closest = own if rule.startswith("rank+own") else both
-                extras = [h for h in extra_hits(hits, ctx, refers_to_article(q))
-                          if h.dense > closest.get(h.chunk.language, -1.0) - m]
+                extras = [h for h in ranked if h.dense > closest.get(h.chunk.language, -1.0) - m]
             else:
                 m = float(rule.split("+")[1])
-                extras = [h for h in hits if not ctx.holds(h.chunk) and h.dense > max(both.values()) + m]
+                extras = [h for h in hits if not ctx.holds(h.chunk) and h.dense > closest_pinned + m]
             text = "\n".join(h.chunk.text for h in extras)
             t = tally[rule]
             t["n"] += 1
