@@ -17,7 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Wording:
     """A named pattern, searched in lower-cased text; `case` is the dev case it came from (`example`: the answer
-    sentence, for a pattern read in answers)."""
+    sentence, for a pattern read in answers; the question, for a case outside the router's phrasings)."""
 
     name: str
     pattern: str
@@ -97,6 +97,18 @@ PRONOUN_ZH = Wording("pronoun_zh", r"它们|它的|它|其|该框架|这个框�
 PRONOUN_EN = Wording("pronoun_en", r"\b(it|its|it's|they|their|them|this framework|that framework|this one|that one|"
                      r"the latter|the former|both)\b", "selfu-en-01#1")
 
+# ---- asks for something the documents never state -------------------------------------------------------------
+# a price (the issue's near-domain kinds: "prices"; the documents state none): what a run, a plan or a contract costs
+# in money. A cost in memory or communication is not a price ("communication cost", "学习成本")
+PRICE = Wording("price", (
+    r"多少钱|价格|收费|定价|售价|报价|(费用|花费|开销)(是|要|大概|大约)?多少|(要|得|需要)花多少|"
+    r"\bprices?\b|\bpricing\b|\bhow much (does|do|would|will|did) .{0,80}\bcost\b|\bcosts? (per|a|an) (year|month|hour|gpu)|"
+    r"\bfees?\b|\bsubscription\b|\bin (dollars|usd|rmb)\b"),
+    "nd-zh-04")
+# the same in a passage: a passage that speaks of prices covers a question that asks for one (no document does)
+PRICE_STATED = Wording("price_stated", r"多少钱|价格|收费|定价|售价|报价|\bprices?\b|\bpricing\b|\bfees?\b",
+                       "nd-zh-04, the passages' side", "The price is 3 dollars an hour.")
+
 # ---- read in an answer's sentences (answer/citations.py) --------------------------------------------------------
 # a claim about what "the article" says, including "based on the article's criteria" (the prompt names them, but a
 # reader who opens a note's [n] finds no criteria of the article there)
@@ -112,7 +124,7 @@ USER_SITUATION = Wording("user_situation", (
     "sel-en-02 (the model's answer)", "The project stage is early, and the hardware is limited to 64 GPUs.")
 
 ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, COMPARE, PASSIVE, WITHIN, WHAT_TO_USE, SEVERAL, ARTICLE,
-       PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION)
+       PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION, PRICE, PRICE_STATED)
 
 
 def asks_for_several(question: str) -> bool:

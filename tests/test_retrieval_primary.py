@@ -2,6 +2,7 @@
 notes beside the official pages they paraphrase (real embedder, real Chroma in a temp dir, real BM25)."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -75,6 +76,9 @@ def test_the_official_page_ranks_above_the_note_that_paraphrases_it(retriever: R
     ("TensorFlow Lite 怎么把模型做 int8 量化之后部署到安卓手机上？", "zh", "安卓"),
     ("How do I deploy a PaddlePaddle model to an Android phone with Core ML?", "en", "Android"),
     ("How do I use DeepSpeed ZeRO on a Jetson board?", "en", "Jetson"),
+    # what it asks for is missing: a price, which no passage states
+    ("用 DeepSpeed ZeRO-Offload 在云上训练一个 13B 模型大概要花多少钱？", "zh", "价格"),
+    ("How much does it cost per hour to train with PaddlePaddle on a cloud GPU?", "en", "prices"),
 ])
 def test_a_near_domain_question_is_refused_naming_what_it_asks(retriever: Retriever, q: str, lang: str,
                                                                missing: str) -> None:
@@ -93,10 +97,20 @@ def test_a_near_domain_question_is_refused_naming_what_it_asks(retriever: Retrie
     "How does ZeRO-Offload use the CPU to train larger models?",
     "顺便问下今天上海天气如何？另外，DeepSpeed 的 ZeRO-Offload 把什么卸载到 CPU 上？",  # one sentence is in scope
     "We only have two nodes of 8 A100s and a 70B model, memory is tight; which framework should we use?",
+    "ZeRO-Offload 的通信开销和 CPU 计算开销大吗？",  # a cost that is not a price
+    "What is the communication cost of ZeRO stage 3?",
 ])
 def test_questions_the_documents_cover_are_not_refused(retriever: Retriever, q: str) -> None:
     d = decide(q, retriever.search(q, k=5))
     assert not d.refuse, (d, subject_terms(q))
+
+
+def test_a_price_is_missing_only_where_no_passage_states_one(retriever: Retriever) -> None:
+    q = "飞桨训练一个模型大概要花多少钱？"
+    hits = retriever.search(q, k=5)
+    assert decide(q, hits).missing == ("价格",)
+    priced = dataclasses.replace(hits[0].chunk, text=hits[0].chunk.text + " 价格：每小时 3 元。")
+    assert not decide(q, [dataclasses.replace(hits[0], chunk=priced), *hits[1:]]).refuse
 
 
 def test_a_name_the_documents_hold_is_not_missing_when_retrieval_missed_it(retriever: Retriever) -> None:

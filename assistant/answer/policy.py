@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..frameworks import CONCEPTS, expand_terms, find_frameworks
+from ..lang import detect_language
+from ..lexicon import PRICE, PRICE_STATED
 from ..text import has_cjk
 from ..types import Hit
 
@@ -115,8 +117,9 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
 # A subject term is a name: a Latin word with a capital inside or a digit (MindSpore, ONNX, int8) or a capital away
 # from a sentence's start (Jetson, Android), or a Chinese proper noun as jieba tags it (nr/ns/nt/nz: 安卓). Not a
 # subject: the frameworks, their aliases and the concept terms (the documents' own vocabulary), and quantities
-# (70B, 24GB, 8x). A question is off its documents' subject when every sentence of it names something no
-# retrieved passage names; a sentence that names nothing unknown ("另外，ZeRO-Offload 把什么卸载到 CPU 上？") is
+# (70B, 24GB, 8x). What a sentence asks for is a subject too when the documents state none of it: a price
+# (lexicon.PRICE; covered by a passage that speaks of prices, lexicon.PRICE_STATED). A question is off its documents'
+# subject when every sentence of it names something no retrieved passage names; a sentence that names nothing unknown ("另外，ZeRO-Offload 把什么卸载到 CPU 上？") is
 # enough to answer (sentences end at 。！？；!?; but not at a full stop, too often inside a name: tf.function). A
 # selection question ("which framework for our situation?") asks about the frameworks whatever hardware or team it
 # describes, so it is not checked.
@@ -172,18 +175,25 @@ def _domain_word(term: str) -> bool:
     return bool(find_frameworks(term)) or low in _DOMAIN_SET or any(low in t.split() for t in _DOMAIN_TERMS)
 
 
+_PRICE_WORD = {"zh": "价格", "en": "prices"}
+
+
 def uncovered_subjects(question: str, hits: list[Hit], known: Callable[[str], bool] | None = None) -> list[str]:
     """The subject terms of a question no retrieved passage names (in its text, title, heading path or file
     name; a concept term's other-language forms count) and, when `known` is given, the documents do not name
     anywhere, when every sentence of the question has one; else []."""
     sentences = [t for t in _SENTENCE.findall(question) if t.strip()]
     per = [subject_terms(t) for t in sentences]
-    if not any(per):
+    asked = [PRICE.search(t) for t in sentences]
+    if not any(per) and not any(asked):
         return []
     text = " ".join(" ".join([h.chunk.source, h.chunk.title, *h.chunk.heading_path, *h.chunk.frameworks,
                               h.chunk.text]) for h in hits).lower()
     missing = [[t for t in terms if not any(_names(v, text) for v in [t, *expand_terms(t)])
                 and not (known is not None and known(t))] for terms in per]
+    # what a sentence asks for can itself be missing: a price, which no passage states
+    price = _PRICE_WORD[detect_language(question)]
+    missing = [m + [price] if a and not PRICE_STATED.search(text) else m for m, a in zip(missing, asked, strict=True)]
     if not all(missing):
         return []
     return list(dict.fromkeys(t for m in missing for t in m))
