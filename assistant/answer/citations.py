@@ -250,8 +250,8 @@ class CitationChecker:
         groups = sibling_groups(sources)
         # the sections' outlines are scored beside the passages, in one pass (each sentence embedded once)
         support, src_sents = self.support_matrix(plain, sources + [outline_source(sources, g) for g in groups], subjects)
-        support, outline, src_sents = support[:, : len(sources)], support[:, len(sources):], src_sents[: len(sources)]
-        outline = outline if groups else None
+        outline: np.ndarray | None = support[:, len(sources):] if groups else None
+        support, src_sents = support[:, : len(sources)], src_sents[: len(sources)]
         out_sents: list[str] = []
         used: dict[int, Citation] = {}
         result = CheckedAnswer("", [])

@@ -77,7 +77,8 @@ def render(chunks: list[Chunk], texts: list[str] | None = None) -> str:
     written where the heading path changes, unnumbered, so the model sees the document's structure); `texts`: the
     passages' words when they are not the chunks' own (a twin's translations)."""
     parts = [RULES, "", "Reference documents (always available; cite them as [n] like any source):", "<sources>"]
-    source, heading = None, ()
+    source: str | None = None
+    heading: tuple[str, ...] = ()
     for n, c in enumerate(chunks, start=1):
         text = texts[n - 1] if texts is not None else c.text
         if c.source != source:

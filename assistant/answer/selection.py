@@ -143,7 +143,8 @@ def _tie_lead(advice: Advice, tied: list[RankedCandidate], cite: Callable[[Reaso
     decides = {d.candidate: d.choose_if for d in (advice.tie.decides if advice.tie else [])}
     parts = []
     for r in tied:
-        reason = (decides.get(r.name) or [_guidance(r.reasons)])[0]
+        chosen = decides.get(r.name)
+        reason = chosen[0] if chosen else _guidance(r.reasons)
         if reason is None:
             continue
         n = cite(reason)
