@@ -78,6 +78,7 @@ class Retriever:
         self._vectors = self._load_vectors()
         self._last_query: tuple[tuple[str, str | None, str, bool], list[np.ndarray]] | None = None
         self._rows_of: dict[str, list[int]] = {}
+        self._texts: dict[int, np.ndarray] = {}  # _text_vectors
 
     def _load_vectors(self) -> np.ndarray:
         """Every chunk's vector, in the order of `snap.chunks` (one bulk read at start-up)."""
@@ -100,22 +101,39 @@ class Retriever:
             return self._comparison(query, qvecs, fws, k, filters, translation)
         return self._ranked(query, qvecs, k, filters, fws, translation)
 
-    def similarities(self, query: str, chunks: Sequence[Chunk], translation: str | None = None) -> list[float]:
+    def similarities(self, query: str, chunks: Sequence[Chunk], translation: str | None = None,
+                     texts: Sequence[str] = ()) -> list[float]:
         """The cosine between the query, embedded as search embeds it, and each of these passages (of this
         snapshot), ranked or not: on the multilingual embedding alone, so a question and a passage in different
         languages compare as closely as in one (the fused score's keyword side does not cross languages). The
-        answer reads it for the pinned passages: how close the question is to the documents always in context."""
+        answer reads it for the pinned passages: how close the question is to the documents always in context.
+        `texts`: the same passages in other words (their twin's translations, in the chunks' order); a passage is
+        then as close as the closer of its two readings (a question is closer to a passage in its own language)."""
         if not chunks or self.params.mode == "bm25":
             return [0.0] * len(chunks)
+        qvecs = self._query_vectors(query, translation)
         with self.snap.in_use():
             rows = [self.snap.row_of.get(c.id) for c in chunks]
             present = [r for r in rows if r is not None]
-            if not present:
-                return [0.0] * len(chunks)
-            vecs = self._vectors[np.asarray(present)]
-            sims = np.max(np.stack([vecs @ v for v in self._query_vectors(query, translation)]), axis=0)
-        it = iter(sims.tolist())
-        return [next(it) if r is not None else 0.0 for r in rows]
+            if present:
+                vecs = self._vectors[np.asarray(present)]
+                sims = np.max(np.stack([vecs @ v for v in qvecs]), axis=0)
+        it = iter(sims.tolist() if present else [])
+        out = [next(it) if r is not None else 0.0 for r in rows]
+        if texts:
+            tv = self._text_vectors(tuple(texts))
+            other = np.max(np.stack([tv @ v for v in qvecs]), axis=0).tolist()
+            out = [max(a, b) for a, b in zip(out, other, strict=True)]
+        return out
+
+    def _text_vectors(self, texts: tuple[str, ...]) -> np.ndarray:
+        """The passage vectors of `texts`, embedded once (the last few sets kept: a twin per question language)."""
+        key = hash(texts)
+        if key not in self._texts:
+            self._texts[key] = np.asarray(self.embedder.passages(list(texts)), dtype=np.float32)
+            while len(self._texts) > 4:
+                self._texts.pop(next(iter(self._texts)))
+        return self._texts[key]
 
     def query_vector(self, query: str, translation: str | None = None) -> np.ndarray:
         """The query's own embedding, as search embedded it (the router's classifier reads it: not embedded twice)."""

@@ -218,10 +218,11 @@ class AssistantService:
         return self.answerer.answer_stream(question, session_id, filters, ticket, owner=owner, client=client)
 
     # ---- the pinned context (assistant/answering/pins.py) --------------------------------------------
-    def pinned_context(self, snap: Any = None, lang: str = "") -> pinning.PinnedContext:
+    def pinned_context(self, snap: Any = None, lang: str = "", build: bool = True) -> pinning.PinnedContext:
         """The documents always in the model's context, made of `snap`'s passages (default the live generation), as
-        a question in `lang` reads them (their twin in that language when they are in the other)."""
-        return self.pins.context(snap, lang)
+        a question in `lang` reads them (their twin in that language when they are in the other; `build=False`:
+        only one already translated)."""
+        return self.pins.context(snap, lang, build)
 
     def system_prompt(self) -> str:
         return self.pins.system_prompt()

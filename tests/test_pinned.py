@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -116,6 +117,25 @@ def test_the_pinned_passages_closest_to_a_question_in_the_other_language_are_nam
     assert f"most related to the question: [{focus[0]}], [{focus[1]}]." in user
     assert "most related" not in build_messages(q, [], "en", system=ctx.system)[-1]["content"]  # no focus: no line
     assert focus_of(near, 0) == [] and focus_of([], 2) == []
+
+
+def test_a_pinned_passage_is_as_close_as_the_closer_of_its_own_words_and_its_twins(service) -> None:
+    """An English question is far from the Chinese passage that answers it and close to its English twin: the
+    closeness the refusal and the focus line read is the closer of the two readings (the twin's text here is a
+    hand translation of the closing advice)."""
+    ctx = _article(service)
+    i = next(i for i, c in enumerate(ctx.chunks) if "简化版的训练Pipeline" in c.text)
+    english = ("In short, there is no single right answer to which framework's training support to choose. The best "
+               "advice: for a core project, take some time to run a simplified training pipeline on your real data "
+               "with the two most likely candidate frameworks, and feel the differences in development efficiency, "
+               "ease of debugging, training speed and resource use.")
+    texts = [english if j == i else c.text for j, c in enumerate(ctx.chunks)]
+    q = "If I test two frameworks on our own data, what should I compare between them?"
+    own = service.retriever.similarities(q, ctx.chunks)
+    both = service.retriever.similarities(q, ctx.chunks, texts=texts)
+    assert both[i] > own[i] + 0.02 and both[i] == max(both), (own[i], both[i], max(both))
+    assert all(b >= o for b, o in zip(both, own, strict=True))  # never farther than in the documents' own words
+    assert service.retriever.similarities(q, ctx.chunks, texts=texts) == both  # the twin's vectors are kept
 
 
 def test_closeness_to_the_pinned_article_is_evidence_and_an_off_topic_question_stays_refused(service) -> None:
@@ -238,17 +258,21 @@ def test_the_twin_is_translated_once_kept_on_disk_and_translated_again_only_wher
     assert len(json.loads(path.read_text(encoding="utf-8"))["entries"]) == 3  # whole again
 
 
-def test_a_refused_question_in_the_other_language_builds_no_twin(fast_settings) -> None:
-    """The refusal reads the article as it is: an off-topic English question is refused without the twin's
-    translations (minutes on a first start) being made or loaded."""
+def test_a_refused_question_in_the_other_language_builds_no_twin(fast_settings, tmp_path: Path) -> None:
+    """An off-topic English question is refused without the twin's translations (minutes on a first start) being
+    made: the refusal reads a twin only once it is translated."""
     from assistant.service import AssistantService
 
     svc = AssistantService(fast_settings)
     try:
+        twins = svc.pins.twins
+        assert twins is not None
+        kept, twins.dir = twins.dir, tmp_path / "twin"  # a first start: no translations on disk
         ans = svc.ask("Give me a recipe for dumplings.")
-        assert ans.refused and svc.pins.twins is not None and svc.pins.twins.built() == []
+        assert ans.refused and twins.built() == [] and twins.translated == 0 and not twins.dir.exists()
+        twins.dir = kept
         svc.ask("What are the three core elements for judging a framework's training support?")
-        assert svc.pins.twins.built() == ["en"]
+        assert twins.built() == ["en"]
     finally:
         svc.close()
 

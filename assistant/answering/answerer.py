@@ -50,7 +50,7 @@ class Service(Parts, Protocol):
     @property
     def embedder(self) -> Embedder: ...
     def translate(self, question: str) -> str | None: ...
-    def pinned_context(self, snap: Any = None, lang: str = "") -> pinning.PinnedContext: ...
+    def pinned_context(self, snap: Any = None, lang: str = "", build: bool = True) -> pinning.PinnedContext: ...
     def evidence(self, question: str, hits: list[Hit], count_tokens: Any = None,
                  pinned: pinning.PinnedContext = pinning.NONE, several: bool = False,
                  article: bool = False) -> list[Source]: ...
@@ -122,8 +122,14 @@ class Answerer:
         retriever = svc.retriever  # one index generation for the whole answer
         hits = retriever.search(standalone, k=settings.top_k, filters=Filters.parse(filters), translation=translation)
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        pinned = svc.pinned_context(retriever.snap)  # the refusal and the router read the documents as they are
-        near = retriever.similarities(standalone, pinned.chunks, translation)  # each pinned passage's closeness
+        pinned = svc.pinned_context(retriever.snap)  # the documents as they are
+        # each pinned passage's closeness (the refusal's evidence, the focus line) is the closer of its own words
+        # and its twin's in the question's language, once translated (a refusal never waits for a first start's
+        # translations): an English question is far from the Chinese passage that answers it (dev: article-en2-24,
+        # refused for weak evidence)
+        read = svc.pinned_context(retriever.snap, lang, build=False)
+        near = retriever.similarities(standalone, pinned.chunks, translation,
+                                      read.texts if read.chunks == pinned.chunks else ())
         route = router.route(asked, standalone, lang, hits, previous=previous, user_turns=user_turns,
                              vector=_query_vector(retriever, standalone, translation),
                              classifier=svc.kind_classifier(), known=retriever.knows,

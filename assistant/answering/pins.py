@@ -34,13 +34,14 @@ class Pins:
         self._changed = changed
         self._built: tuple[tuple[Any, ...], pinning.PinnedContext] | None = None  # (its key, the pinned context)
 
-    def context(self, snap: Snapshot | None = None, lang: str = "") -> pinning.PinnedContext:
+    def context(self, snap: Snapshot | None = None, lang: str = "", build: bool = True) -> pinning.PinnedContext:
         """The documents always in the model's context, made of `snap`'s passages (default the live generation);
-        for a question in `lang`, their twin in that language when they are in the other one (settings.pinned_twin).
+        for a question in `lang`, their twin in that language when they are in the other one (settings.pinned_twin;
+        `build=False`: only a twin whose translations are already made, answering/twin.py).
         Pins that no longer fit the budget (it was lowered) are left out from the last one, with a log line."""
         ctx = self._context(snap)
         if lang and self.twins is not None and self.settings.pinned_twin:
-            return self.twins.of(ctx, lang)
+            return self.twins.of(ctx, lang, build)
         return ctx
 
     def prefixes(self) -> list[str]:

@@ -59,10 +59,12 @@ class Twins:
         self._built: dict[tuple[str, str], pinning.PinnedContext] = {}
         self.translated = 0  # passages this process translated (the rest came from the file)
 
-    def of(self, ctx: pinning.PinnedContext, lang: str) -> pinning.PinnedContext:
+    def of(self, ctx: pinning.PinnedContext, lang: str, build: bool = True) -> pinning.PinnedContext:
         """`ctx` as a question in `lang` reads it: itself when every passage is in `lang`, else its twin (passages
         not yet translated are translated now, once). The original when the twin would not fit the budget, and
-        while another thread is building a twin (a server's first start): that question does not wait minutes."""
+        while another thread is building a twin (a server's first start): that question does not wait minutes.
+        `build=False`: the twin only when no passage needs translating (its translations are on disk), else the
+        original (the refusal decision reads it: a question refused in milliseconds never waits for a model)."""
         key = (lang, ctx.system)
         if key in self._built:  # decided once per pinned text: a question's hot path detects no languages
             return self._built[key]
@@ -75,7 +77,9 @@ class Twins:
         try:
             if key in self._built:
                 return self._built[key]
-            texts = self._translations(ctx, lang)
+            texts = self._translations(ctx, lang, build)
+            if texts is None:
+                return ctx
             twin = pinning.twin(ctx, texts, lang, self._count_tokens)
             if twin.tokens > self._budget():
                 log.warning("the %s twin of the pinned documents needs %d tokens, over the budget of %d: questions "
@@ -95,7 +99,9 @@ class Twins:
         """The languages this process has a twin for."""
         return sorted({ctx.lang for ctx in self._built.values() if ctx.lang})
 
-    def _translations(self, ctx: pinning.PinnedContext, lang: str) -> list[str]:
+    def _translations(self, ctx: pinning.PinnedContext, lang: str, build: bool = True) -> list[str] | None:
+        """Each passage in `lang`, from the file or translated now; None, without `build`, when some passage is not
+        in the file."""
         model = self._model()
         path = self.dir / f"translations-{_safe(model.name)}.json"
         entries = self._read(path)
@@ -105,6 +111,8 @@ class Twins:
                 out.append(c.text)
                 continue
             digest = _digest(model, lang, c.text)
+            if digest not in entries and not build:
+                return None
             if digest not in entries:
                 entries[digest] = self._translate(model, c.text, lang)
                 self.translated += 1
