@@ -101,9 +101,10 @@ PRONOUN_EN = Wording("pronoun_en", r"\b(it|its|it's|they|their|them|this framewo
 # a price (the issue's near-domain kinds: "prices"; the documents state none): what a run, a plan or a contract costs
 # in money. A cost in memory or communication is not a price ("communication cost", "学习成本")
 PRICE = Wording("price", (
-    r"多少钱|价格|收费|定价|售价|报价|(费用|花费|开销)(是|要|大概|大约)?多少|(要|得|需要)花多少|"
-    r"\bprices?\b|\bpricing\b|\bhow much (does|do|would|will|did) .{0,80}\bcost\b|\bcosts? (per|a|an) (year|month|hour|gpu)|"
-    r"\bfees?\b|\bsubscription\b|\bin (dollars|usd|rmb)\b"),
+    r"多少钱|价格|收费|定价|售价|报价|费用(是|要|大概|大约)?多少|"
+    r"\bprices?\b|\bpricing\b|\bcosts? (per|a|an) (year|month|hour|gpu)|\bfees?\b|\bsubscription\b|\bin (dollars|usd|rmb)\b|"
+    r"\bhow much (does|do|would|will|did) .{0,80}\bcost\b(?!\s+(in|of)\s+(memory|speed|time|throughput|communication|"
+    r"compute|performance|accuracy))"),
     "nd-zh-04")
 # the same in a passage: a passage that speaks of prices covers a question that asks for one (no document does)
 PRICE_STATED = Wording("price_stated", r"多少钱|价格|收费|定价|售价|报价|\bprices?\b|\bpricing\b|\bfees?\b",

@@ -12,6 +12,7 @@ from assistant.answer.policy import RefusalThresholds, decide, subject_terms
 from assistant.embed import create_embedder
 from assistant.index.builder import build_index
 from assistant.index.snapshot import IndexSnapshot
+from assistant.lexicon import PRICE
 from assistant.retrieval import RetrievalParams, Retriever
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,6 +120,15 @@ def test_a_name_the_documents_hold_is_not_missing_when_retrieval_missed_it(retri
     hits = [h for h in retriever.search(q, k=8) if "gaudi" not in h.chunk.text.lower()][:5]  # they miss the name
     assert "Gaudi" in decide(q, hits).missing
     assert not decide(q, hits, known=retriever.knows).refuse
+
+
+def test_a_price_is_money_not_an_overhead() -> None:
+    assert PRICE.search("用 DeepSpeed 在 AWS 上训练一个 70B 模型大概要花多少钱？")
+    assert PRICE.search("What does a Colossal-AI commercial support contract cost per year?")
+    assert PRICE.search("How much does it cost to train a 7B model with Megatron-LM on rented GPUs?")
+    for q in ("ZeRO-3 的通信开销是多少？", "用 ZeRO-Offload 训练需要花多少时间？", "激活重计算的代价有多大？",
+              "How much does activation checkpointing cost in speed?", "What is the communication cost of ZeRO-3?"):
+        assert not PRICE.search(q), q
 
 
 def test_subject_terms_are_names_not_the_domains_words() -> None:
