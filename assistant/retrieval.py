@@ -12,7 +12,7 @@
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -79,6 +79,7 @@ class Retriever:
         self._last_query: tuple[tuple[str, str | None, str, bool], list[np.ndarray]] | None = None
         self._rows_of: dict[str, list[int]] = {}
         self._texts: dict[int, np.ndarray] = {}  # _text_vectors
+        self._mean_length: float | None = None  # _avgdl
 
     def _load_vectors(self) -> np.ndarray:
         """Every chunk's vector, in the order of `snap.chunks` (one bulk read at start-up)."""
@@ -87,19 +88,23 @@ class Retriever:
 
     # ---- public -------------------------------------------------------------------------------
     def search(self, query: str, k: int = 5, filters: Filters | None = None,
-               translation: str | None = None) -> list[Hit]:
+               translation: str | None = None, readings: Mapping[str, str] | None = None) -> list[Hit]:
         """The k best passages for `query`; `translation` is the query in the other language, when known.
-        The snapshot stays open until the search is done, even if a new generation replaces it meanwhile."""
+        `readings`: passages (by chunk id) also readable in the query's language (a pinned document's twin,
+        answering/twin.py): such a passage ranks as the better of its own words and that reading, each scored as
+        search scores any passage. The snapshot stays open until the search is done, even if a new generation
+        replaces it meanwhile."""
         with self.snap.in_use():
-            return self._search(query, k, filters, translation)
+            return self._search(query, k, filters, translation, readings or {})
 
-    def _search(self, query: str, k: int, filters: Filters | None, translation: str | None) -> list[Hit]:
+    def _search(self, query: str, k: int, filters: Filters | None, translation: str | None,
+                readings: Mapping[str, str]) -> list[Hit]:
         filters = filters or Filters()
         fws = find_frameworks(query)
         qvecs = self._query_vectors(query, translation)  # embedded once, shared by every side of a comparison
         if len(fws) >= 2 and not filters.framework:
-            return self._comparison(query, qvecs, fws, k, filters, translation)
-        return self._ranked(query, qvecs, k, filters, fws, translation)
+            return self._comparison(query, qvecs, fws, k, filters, translation, readings)
+        return self._ranked(query, qvecs, k, filters, fws, translation, readings)
 
     def similarities(self, query: str, chunks: Sequence[Chunk], translation: str | None = None,
                      texts: Sequence[str] = ()) -> list[float]:
@@ -215,7 +220,8 @@ class Retriever:
         return {int(rows[i]) for i in top}
 
     def _ranked(self, query: str, qvecs: list[np.ndarray], k: int, filters: Filters,
-                fws: list[str], translation: str | None = None) -> list[Hit]:
+                fws: list[str], translation: str | None = None,
+                readings: Mapping[str, str] | None = None) -> list[Hit]:
         p = self.params
         qvec = qvecs[0]
         qlang = detect_language(query)
@@ -228,6 +234,7 @@ class Retriever:
                 rows |= self._named_rows(qvec, fws, filters)
         kw: dict[int, float] = {}
         kw_other = kw  # keyword scores of passages in the other language
+        tokens: list[str] = []
         if p.mode != "dense":
             tokens = tokenize(query) + [t for term in expand_terms(query) for t in tokenize(term)]
             kw = kw_other = self._keyword_hits(tokens, filters)
@@ -238,6 +245,7 @@ class Retriever:
             if translation:
                 kw_other = self._keyword_hits(tokens + tokenize(translation), filters)
                 rows.update(r for r in kw_other if self.snap.chunks[r].language != qlang)
+        rows.update(self.snap.row_of[cid] for cid in readings or () if cid in self.snap.row_of)
         rows = {r for r in rows if filters.accepts(self.snap.chunks[r])}
         if not rows:
             return []
@@ -247,6 +255,8 @@ class Retriever:
         bm = np.array([(kw_other if c else kw).get(int(r), 0.0) for r, c in zip(idx, cross, strict=True)],
                       dtype=np.float32)
         score = self._fuse(dense, bm, cross, translated=bool(translation))
+        if readings:
+            self._read(idx, readings, qvecs, tokens, qlang, dense, bm, score)
         if fws and p.framework_boost:
             wanted = set(fws)
             score = score + p.framework_boost * np.array(
@@ -264,6 +274,33 @@ class Retriever:
         order = np.argsort(-score)[: max(4 * k, 20)]
         hits = [Hit(self.snap.chunks[int(idx[i])], float(score[i]), float(dense[i]), float(bm[i])) for i in order]
         return self._diverse(hits, k)
+
+    def _read(self, idx: np.ndarray, readings: Mapping[str, str], qvecs: list[np.ndarray], tokens: list[str],
+              qlang: str, dense: np.ndarray, bm: np.ndarray, score: np.ndarray) -> None:
+        """Each candidate with another reading scored on that reading as search scores a passage in the reading's
+        language (dense: its vector; keywords: BM25 with the index's statistics, headings and frameworks added as
+        `keyword_text` adds them); where the reading scores better, it replaces the passage's own scores in place."""
+        at = [(i, readings[self.snap.chunks[int(r)].id]) for i, r in enumerate(idx)
+              if self.snap.chunks[int(r)].id in readings]
+        if not at:
+            return
+        texts = tuple(t for _, t in at)
+        rdense = np.max(np.stack([self._text_vectors(texts) @ v for v in qvecs]), axis=0) \
+            if self.params.mode != "bm25" else np.zeros(len(at), dtype=np.float32)
+        chunks = [replace(self.snap.chunks[int(idx[i])], text=t) for i, t in at]
+        rbm = np.asarray(self.snap.keyword.score_texts(tokens, [keyword_text(c) for c in chunks], self._avgdl()),
+                         dtype=np.float32) if tokens else np.zeros(len(at), dtype=np.float32)
+        rscore = self._fuse(rdense, rbm, np.array([detect_language(t) != qlang for t in texts], dtype=bool))
+        for j, (i, _) in enumerate(at):
+            if rscore[j] > score[i]:
+                score[i], dense[i], bm[i] = rscore[j], max(dense[i], rdense[j]), rbm[j]
+
+    def _avgdl(self) -> float:
+        """The indexed chunks' mean length in keyword tokens (BM25's length norm), computed once per snapshot."""
+        if self._mean_length is None:
+            self._mean_length = float(np.mean([len(tokenize(keyword_text(c))) or 1 for c in self.snap.chunks])) \
+                if self.snap.chunks else 1.0
+        return self._mean_length
 
     def _primary_first(self, idx: np.ndarray, score: np.ndarray, top: int) -> np.ndarray:
         """The scores with each note passage (corpus/notes/<framework>.md) among the best `top` put just below the
@@ -321,12 +358,13 @@ class Retriever:
         return w * dense + (1 - w) * sat
 
     def _comparison(self, query: str, qvecs: list[np.ndarray], fws: list[str], k: int,
-                    filters: Filters, translation: str | None = None) -> list[Hit]:
+                    filters: Filters, translation: str | None = None,
+                    readings: Mapping[str, str] | None = None) -> list[Hit]:
         """Evidence for each side: the best passages per named framework, interleaved, then the overall best."""
         per_side = max(2, k // len(fws))
-        lists = [self._ranked(query, qvecs, per_side, filters.only(fw), [fw], translation)
+        lists = [self._ranked(query, qvecs, per_side, filters.only(fw), [fw], translation, readings)
                  for fw in fws[:4]]
-        overall = self._ranked(query, qvecs, k, filters, fws, translation)
+        overall = self._ranked(query, qvecs, k, filters, fws, translation, readings)
         out: list[Hit] = []
         seen: set[str] = set()
         for i in range(per_side):

@@ -35,6 +35,7 @@ from .genqueue import GenerationQueue, Ticket
 from .index.identity import EmbedderStatus
 from .index.location import IndexLocation
 from .kinds import KindClassifier, classifier_for
+from .lang import detect_language
 from .llm.base import ChatModel, Message
 from .retrieval import Retriever
 from .runtime import Engines
@@ -181,6 +182,12 @@ class AssistantService:
         retriever, translation = self.retriever, self.translate(query)
         hits = retriever.search(query, k=k, filters=Filters.parse(filters), translation=translation)
         return hits, retriever.explain(query, hits, translation)
+
+    def answer_hits(self, question: str, k: int = 5) -> list[Hit]:
+        """The passages an answer to this (standalone) question retrieves, as it ranks them (`Answerer.retrieve`:
+        the pinned passages also read through their twin in the question's language): the evaluator's hit@k."""
+        question = self.check_text(question, "question")
+        return self.answerer.retrieve(question, detect_language(question), k=k).hits
 
     def kind_classifier(self) -> KindClassifier | None:
         """The router's classifier for the live embedder (trained at first use, cached in the state folder)."""

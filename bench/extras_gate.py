@@ -8,8 +8,11 @@ A question "needs extras" when some fact it asks for (`answer_facts`, alternativ
 passages' text; it "is served" when the turn's extra passages hold every such fact. An extra passage the question
 does not need is a distraction: the 1.5B model answers from the passage next to the question, and each one costs
 prefill time. The rules:
-  rank          passages ranked above the best pinned one: what answers use (pipeline.extra_hits)
-  rank+own@m    rank, and at most m less close to the question (cosine) than the closest pinned passage in the
+  rank          passages ranked above the best pinned one: what answers use (pipeline.extra_hits), the pinned
+                passages ranked as the better of their own words and their twin's in the question's language
+                (Retriever.search `readings`)
+  rank-own      the same, the pinned passages ranked on their own words alone
+  rank+own@m    rank-own, and at most m less close to the question (cosine) than the closest pinned passage in the
                 passage's language, the pinned ones read in their own words only
   rank+twin@m   the same, the pinned ones also read in the question's language through their twin (its
                 translations are made on first use, as the product makes them: minutes with the default model)
@@ -57,35 +60,40 @@ def main() -> int:
             if line.strip()]
     rows = [r for r in rows if r.get("answer_facts") and r.get("question")]
     margins = [float(m) for m in args.margins.split(",")]
-    rules = ["rank", *[f"rank+own@{m:g}" for m in margins], *[f"rank+twin@{m:g}" for m in margins],
+    rules = ["rank", "rank-own", *[f"rank+own@{m:g}" for m in margins], *[f"rank+twin@{m:g}" for m in margins],
              *[f"dense+{m:g}" for m in margins]]
     tally = {r: {"needless": 0, "missing": 0, "served": 0, "need": 0, "n": 0, "none": 0} for r in rules}
     twins = {lang: svc.pinned_context(retriever.snap, lang) for lang in LANGUAGES}
     vectors = {lang: svc.embedder.passages(list(t.texts)) for lang, t in twins.items() if t.lang}
     for row in rows:
         q = row["question"]
-        hits = retriever.search(q, k=args.k)
+        lang = detect_language(q)
+        twin = twins[lang].texts if twins[lang].lang else ()
+        hits_own = retriever.search(q, k=args.k)
+        hits = retriever.search(q, k=args.k, readings=dict(zip((c.id for c in ctx.chunks), twin, strict=True)) if twin else None)
         missing = [f for f in row["answer_facts"] if not fact_present(f, pinned_text)]
         own: dict[str, float] = {}  # the closest pinned passage in each language, in its own words
         for c, sim in zip(ctx.chunks, retriever.similarities(q, ctx.chunks), strict=True):
             own[c.language] = max(own.get(c.language, -1.0), sim)
         both = dict(own)
-        lang = detect_language(q)
         if lang in vectors:  # and in the question's language, through the twin
             qvec = retriever.query_vector(q)
             both[lang] = max(both.get(lang, -1.0), float(np.max(vectors[lang] @ qvec)))
         ranked = extra_hits(hits, ctx, refers_to_article(q))
+        ranked_own = extra_hits(hits_own, ctx, refers_to_article(q))
         closest_pinned = max(both.values())
         for rule in rules:
             if rule == "rank":
                 extras = ranked
+            elif rule == "rank-own":
+                extras = ranked_own
             elif rule.startswith("rank+"):
                 m = float(rule.split("@")[1])
                 closest = own if rule.startswith("rank+own") else both
-                extras = [h for h in ranked if h.dense > closest.get(h.chunk.language, -1.0) - m]
+                extras = [h for h in ranked_own if h.dense > closest.get(h.chunk.language, -1.0) - m]
             else:
                 m = float(rule.split("+")[1])
-                extras = [h for h in hits if not ctx.holds(h.chunk) and h.dense > closest_pinned + m]
+                extras = [h for h in hits_own if not ctx.holds(h.chunk) and h.dense > closest_pinned + m]
             text = "\n".join(h.chunk.text for h in extras)
             t = tally[rule]
             t["n"] += 1

@@ -24,6 +24,13 @@ from assistant.errors import UserError
 from assistant.text import rough_tokens
 from assistant.types import Citation, Hit
 
+# a hand translation of the article's closing advice: its passage's reading in English
+CLOSING_ADVICE_EN = (
+    "In short, there is no single right answer to which framework's training support to choose. The best advice: for "
+    "a core project, take some time to run a simplified training pipeline on your real data with the two most likely "
+    "candidate frameworks, and feel the differences in development efficiency, ease of debugging, training speed and "
+    "resource use.")
+
 
 def _article(service) -> pinning.PinnedContext:
     return service.pinned_context()
@@ -125,10 +132,7 @@ def test_a_pinned_passage_is_as_close_as_the_closer_of_its_own_words_and_its_twi
     hand translation of the closing advice)."""
     ctx = _article(service)
     i = next(i for i, c in enumerate(ctx.chunks) if "简化版的训练Pipeline" in c.text)
-    english = ("In short, there is no single right answer to which framework's training support to choose. The best "
-               "advice: for a core project, take some time to run a simplified training pipeline on your real data "
-               "with the two most likely candidate frameworks, and feel the differences in development efficiency, "
-               "ease of debugging, training speed and resource use.")
+    english = CLOSING_ADVICE_EN
     texts = [english if j == i else c.text for j, c in enumerate(ctx.chunks)]
     q = "If I test two frameworks on our own data, what should I compare between them?"
     own = service.retriever.similarities(q, ctx.chunks)
@@ -136,6 +140,39 @@ def test_a_pinned_passage_is_as_close_as_the_closer_of_its_own_words_and_its_twi
     assert both[i] > own[i] + 0.02 and both[i] == max(both), (own[i], both[i], max(both))
     assert all(b >= o for b, o in zip(both, own, strict=True))  # never farther than in the documents' own words
     assert service.retriever.similarities(q, ctx.chunks, texts=texts) == both  # the twin's vectors are kept
+
+
+def test_a_pinned_passage_ranks_as_the_better_of_its_own_words_and_its_reading_in_the_questions_language(
+        service) -> None:
+    """Search reads a pinned passage also through its twin (`readings`): the English question about the article's
+    closing advice ranks the Chinese passage far down on its own words, and first once its English reading is given,
+    so no passage of another document is put before it in the user's turn (extra_hits)."""
+    ctx = _article(service)
+    i = next(i for i, c in enumerate(ctx.chunks) if "简化版的训练Pipeline" in c.text)
+    english = CLOSING_ADVICE_EN
+    q = "If I test two frameworks on our own data, what should I compare between them?"
+    own = service.retriever.search(q, k=5)
+    read = service.retriever.search(q, k=5, readings={ctx.chunks[i].id: english})
+    assert ctx.chunks[i].id not in [h.chunk.id for h in own[:1]] and extra_hits(own, ctx)
+    assert read[0].chunk.id == ctx.chunks[i].id and extra_hits(read, ctx) == [], [h.chunk.source for h in read]
+    assert read[0].dense >= max(service.retriever.similarities(q, ctx.chunks, texts=[
+        english if j == i else c.text for j, c in enumerate(ctx.chunks)])) - 1e-6
+    chinese = "两个候选框架用自己的数据试一下，要比较哪些方面？"  # a question in the passage's own language: no change
+    assert [h.chunk.id for h in service.retriever.search(chinese, k=5, readings={ctx.chunks[i].id: english})] == \
+        [h.chunk.id for h in service.retriever.search(chinese, k=5)]
+
+
+def test_a_text_outside_the_index_gets_the_bm25_score_it_would_have_inside(service) -> None:
+    """`KeywordIndex.score_texts` (a reading's keyword score) reproduces the index's own BM25 for an indexed chunk."""
+    from assistant.index.keyword import keyword_text
+    from assistant.text import tokenize
+
+    r = service.retriever
+    tokens = tokenize("ZeRO stage 3 partitions optimizer states gradients parameters")
+    best = r.snap.keyword.search(tokens, k=3)
+    texts = [keyword_text(r.snap.chunks[row]) for row, _ in best]
+    got = r.snap.keyword.score_texts(tokens, texts, r._avgdl())
+    assert got == pytest.approx([s for _, s in best], rel=1e-4) and got[0] > 0
 
 
 def test_closeness_to_the_pinned_article_is_evidence_and_an_off_topic_question_stays_refused(service) -> None:

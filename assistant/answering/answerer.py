@@ -60,6 +60,18 @@ class Service(Parts, Protocol):
     def kind_classifier(self) -> Any: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class Retrieval:
+    """What `Answerer.retrieve` found for a question."""
+
+    retriever: Retriever  # the one index generation it searched
+    hits: list[Hit]
+    pinned: pinning.PinnedContext  # the pinned documents as they are
+    twin: tuple[str, ...]  # their passages read in the question's language ((): none, or not translated yet)
+    translation: str | None
+    translate_ms: float
+
+
 class Answerer:
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -116,20 +128,10 @@ class Answerer:
         user_turns = [m["content"] for m in history if m["role"] == "user"]
         previous = self._previous_turn(sid, replace) if history else None
         standalone = router.standalone_question(asked, previous, user_turns)
-        t_translate = time.perf_counter()
-        translation = svc.translate(standalone)
-        translate_ms = (time.perf_counter() - t_translate) * 1000
-        retriever = svc.retriever  # one index generation for the whole answer
-        hits = retriever.search(standalone, k=settings.top_k, filters=Filters.parse(filters), translation=translation)
+        found = self.retrieve(standalone, lang, filters)
+        retriever, hits, pinned, translation = found.retriever, found.hits, found.pinned, found.translation
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        pinned = svc.pinned_context(retriever.snap)  # the documents as they are
-        # each pinned passage's closeness (the refusal's evidence, the focus line) is the closer of its own words
-        # and its twin's in the question's language, once translated (a refusal never waits for a first start's
-        # translations): an English question is far from the Chinese passage that answers it (dev: article-en2-24,
-        # refused for weak evidence)
-        read = svc.pinned_context(retriever.snap, lang, build=False)
-        near = retriever.similarities(standalone, pinned.chunks, translation,
-                                      read.texts if read.chunks == pinned.chunks else ())
+        near = retriever.similarities(standalone, pinned.chunks, translation, found.twin)
         route = router.route(asked, standalone, lang, hits, previous=previous, user_turns=user_turns,
                              vector=_query_vector(retriever, standalone, translation),
                              classifier=svc.kind_classifier(), known=retriever.knows,
@@ -154,11 +156,33 @@ class Answerer:
                              selection=route.selection, several=route.several)
             plan.remember = router.remembered(route)
             if settings.translate_queries:
-                plan.timings["translate_ms"] = round(translate_ms, 1)
+                plan.timings["translate_ms"] = round(found.translate_ms, 1)
                 plan.diagnostics["translation"] = translation
         plan.timings["retrieval_ms"] = round(retrieval_ms, 1)
         plan.base_temperature = svc.pipeline_config.temperature
         return plan
+
+    def retrieve(self, standalone: str, lang: str, filters: Filters | Mapping[str, Any] | None = None,
+                 k: int | None = None) -> Retrieval:
+        """The passages an answer to `standalone` (asked in `lang`) is written from: one search over one index
+        generation, with the question's translation when the settings ask for it and the pinned passages also read
+        through their twin in `lang` once it is translated (a refusal never waits for a first start's
+        translations). The twin's reading counts for the ranking (other documents' passages follow the prefix only
+        when they rank above the pinned ones), the refusal's evidence and the focus line: an English question is far
+        from the Chinese passage that answers it (dev: article-en2-24, refused for weak evidence; article-en2-03,
+        answered from a PaddlePaddle note ranked above the article)."""
+        svc = self.service
+        t = time.perf_counter()
+        translation = svc.translate(standalone)
+        translate_ms = (time.perf_counter() - t) * 1000
+        retriever = svc.retriever  # one index generation for the whole answer
+        pinned = svc.pinned_context(retriever.snap)  # the documents as they are
+        read = svc.pinned_context(retriever.snap, lang, build=False)
+        twin = read.texts if read.chunks == pinned.chunks else ()
+        hits = retriever.search(standalone, k=k or svc.settings.top_k, filters=Filters.parse(filters),
+                                translation=translation,
+                                readings=dict(zip((c.id for c in pinned.chunks), twin, strict=True)) if twin else None)
+        return Retrieval(retriever, hits, pinned, tuple(twin), translation, translate_ms)
 
     def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:
         """The turn before this question, as the session store kept it (its question and `extra`); for a new

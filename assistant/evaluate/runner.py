@@ -160,10 +160,11 @@ def _source_paths(service: Answerer, answer: Answer) -> dict[int, str]:
 
 
 def _ranked_paths(service: Answerer, answer: Answer, case: EvalCase) -> list[str]:
-    """Retrieval ranking for hit@k/MRR: service.search on the standalone question (refused answers have no sources)."""
+    """Retrieval ranking for hit@k/MRR: the passages an answer to the standalone question retrieves, as it ranks
+    them (refused answers have no sources)."""
     if not case.source_files:
         return []
-    hits = service.search(answer.standalone_question or case.question, k=5)
+    hits = service.answer_hits(answer.standalone_question or case.question, k=5)
     return [h.chunk.source for h in hits]
 
 

@@ -1,6 +1,9 @@
 """Keyword search: BM25 (bm25s) over the search tokens of assistant.text.tokenize, saved beside the vector store."""
 from __future__ import annotations
 
+import math
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..text import tokenize
@@ -51,3 +54,26 @@ class KeywordIndex:
         k = min(k, n) if n else k
         rows, scores = self._r.retrieve([toks], k=k, show_progress=False, n_threads=1)
         return [(int(i), float(s)) for i, s in zip(rows[0], scores[0], strict=True) if s > 0]
+
+    def score_texts(self, tokens: list[str], texts: Sequence[str], avgdl: float) -> list[float]:
+        """The BM25 score each of `texts` (not indexed: e.g. a passage's translation) would have for these query
+        tokens among the indexed chunks: the index's document frequencies and parameters (Lucene's idf, as bm25s
+        scores), `avgdl` the indexed chunks' mean length in tokens; a repeated query token counts again, as in
+        `search`."""
+        r = self._r
+        scores = getattr(r, "scores", None)
+        if not isinstance(scores, dict) or not tokens:
+            return [0.0] * len(texts)
+        indptr, n = scores["indptr"], scores["num_docs"]
+        idf: dict[str, float] = {}
+        for tok in tokens:
+            i = self._vocab.get(tok)
+            if i is not None and i + 1 < len(indptr):
+                df = int(indptr[i + 1] - indptr[i])
+                idf[tok] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        out = []
+        for text in texts:
+            tf = Counter(tokenize(text))
+            norm = r.k1 * ((1 - r.b) + r.b * (sum(tf.values()) or 1) / avgdl)
+            out.append(sum(idf[t] * tf[t] / (norm + tf[t]) for t in tokens if t in idf and tf[t]))
+        return out
