@@ -280,14 +280,15 @@ class Retriever:
         """Each candidate with another reading scored on that reading as search scores a passage in the reading's
         language (dense: its vector; keywords: BM25 with the index's statistics, headings and frameworks added as
         `keyword_text` adds them); where the reading scores better, it replaces the passage's own scores in place."""
-        at = [(i, readings[self.snap.chunks[int(r)].id]) for i, r in enumerate(idx)
-              if self.snap.chunks[int(r)].id in readings]
+        position = {cid: j for j, cid in enumerate(readings)}
+        at = [(i, position[cid]) for i, r in enumerate(idx) if (cid := self.snap.chunks[int(r)].id) in position]
         if not at:
             return
-        texts = tuple(t for _, t in at)
-        rdense = np.max(np.stack([self._text_vectors(texts) @ v for v in qvecs]), axis=0) \
+        texts = tuple(readings.values())  # embedded as a whole, once (`similarities` reads the same set)
+        rdense = np.max(np.stack([self._text_vectors(texts)[[j for _, j in at]] @ v for v in qvecs]), axis=0) \
             if self.params.mode != "bm25" else np.zeros(len(at), dtype=np.float32)
-        chunks = [replace(self.snap.chunks[int(idx[i])], text=t) for i, t in at]
+        texts = tuple(texts[j] for _, j in at)
+        chunks = [replace(self.snap.chunks[int(idx[i])], text=t) for (i, _), t in zip(at, texts, strict=True)]
         rbm = np.asarray(self.snap.keyword.score_texts(tokens, [keyword_text(c) for c in chunks], self._avgdl()),
                          dtype=np.float32) if tokens else np.zeros(len(at), dtype=np.float32)
         rscore = self._fuse(rdense, rbm, np.array([detect_language(t) != qlang for t in texts], dtype=bool))
@@ -296,10 +297,12 @@ class Retriever:
                 score[i], dense[i], bm[i] = rscore[j], max(dense[i], rdense[j]), rbm[j]
 
     def _avgdl(self) -> float:
-        """The indexed chunks' mean length in keyword tokens (BM25's length norm), computed once per snapshot."""
+        """The indexed chunks' mean length in keyword tokens (BM25's length norm): kept with the keyword index, or
+        computed once per snapshot for an index built before it was kept."""
         if self._mean_length is None:
-            self._mean_length = float(np.mean([len(tokenize(keyword_text(c))) or 1 for c in self.snap.chunks])) \
-                if self.snap.chunks else 1.0
+            self._mean_length = self.snap.keyword.mean_length or (
+                float(np.mean([len(tokenize(keyword_text(c))) or 1 for c in self.snap.chunks]))
+                if self.snap.chunks else 1.0)
         return self._mean_length
 
     def _primary_first(self, idx: np.ndarray, score: np.ndarray, top: int) -> np.ndarray:

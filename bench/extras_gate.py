@@ -68,9 +68,8 @@ def main() -> int:
     for row in rows:
         q = row["question"]
         lang = detect_language(q)
-        twin = twins[lang].texts if twins[lang].lang else ()
         hits_own = retriever.search(q, k=args.k)
-        hits = retriever.search(q, k=args.k, readings=dict(zip((c.id for c in ctx.chunks), twin, strict=True)) if twin else None)
+        hits = svc.answer_hits(q, k=args.k)  # the answer path's ranking: the pinned passages' twin read too
         missing = [f for f in row["answer_facts"] if not fact_present(f, pinned_text)]
         own: dict[str, float] = {}  # the closest pinned passage in each language, in its own words
         for c, sim in zip(ctx.chunks, retriever.similarities(q, ctx.chunks), strict=True):

@@ -175,6 +175,22 @@ def test_a_text_outside_the_index_gets_the_bm25_score_it_would_have_inside(servi
     assert got == pytest.approx([s for _, s in best], rel=1e-4) and got[0] > 0
 
 
+def test_the_keyword_index_keeps_its_chunks_mean_length(service, tmp_path) -> None:
+    """The mean length BM25 scores an outside text with is saved with the index at build time (no tokenizing every
+    chunk on the first question that needs it) and equals the one computed from the chunks."""
+    from assistant.index.keyword import KeywordIndex, keyword_text
+    from assistant.text import tokenize
+
+    chunks = service.retriever.snap.chunks
+    computed = sum(len(tokenize(keyword_text(c))) or 1 for c in chunks) / len(chunks)
+    assert service.retriever.snap.keyword.mean_length == pytest.approx(computed)
+    KeywordIndex.build(["ZeRO stage 3 partitions parameters", "飞桨 分布式 训练"]).save(tmp_path)
+    assert KeywordIndex.load(tmp_path).mean_length == pytest.approx(
+        (len(tokenize("ZeRO stage 3 partitions parameters")) + len(tokenize("飞桨 分布式 训练"))) / 2)
+    (tmp_path / "mean_length.json").unlink()
+    assert KeywordIndex.load(tmp_path).mean_length is None  # an index saved before: the retriever computes it
+
+
 def test_closeness_to_the_pinned_article_is_evidence_and_an_off_topic_question_stays_refused(service) -> None:
     ctx = _article(service)
     other = [c for c in service.retriever.snap.chunks if not ctx.holds(c)][:3]

@@ -71,6 +71,11 @@ class Retrieval:
     translation: str | None
     translate_ms: float
 
+    @property
+    def readings(self) -> dict[str, str] | None:
+        """The pinned passages' twin texts by chunk id (search's `readings`); None without a twin."""
+        return dict(zip((c.id for c in self.pinned.chunks), self.twin, strict=True)) if self.twin else None
+
 
 class Answerer:
     def __init__(self, service: Service) -> None:
@@ -179,10 +184,10 @@ class Answerer:
         pinned = svc.pinned_context(retriever.snap)  # the documents as they are
         read = svc.pinned_context(retriever.snap, lang, build=False)
         twin = read.texts if read.chunks == pinned.chunks else ()
+        found = Retrieval(retriever, [], pinned, tuple(twin), translation, translate_ms)
         hits = retriever.search(standalone, k=k or svc.settings.top_k, filters=Filters.parse(filters),
-                                translation=translation,
-                                readings=dict(zip((c.id for c in pinned.chunks), twin, strict=True)) if twin else None)
-        return Retrieval(retriever, hits, pinned, tuple(twin), translation, translate_ms)
+                                translation=translation, readings=found.readings)
+        return dataclasses.replace(found, hits=hits)
 
     def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:
         """The turn before this question, as the session store kept it (its question and `extra`); for a new

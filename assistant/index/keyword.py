@@ -1,6 +1,8 @@
-"""Keyword search: BM25 (bm25s) over the search tokens of assistant.text.tokenize, saved beside the vector store."""
+"""Keyword search: BM25 (bm25s) over the search tokens of assistant.text.tokenize, saved beside the vector store
+(with the chunks' mean length, `mean_length.json`, which BM25 scores a text outside the index with)."""
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -19,26 +21,35 @@ def keyword_text(c: Chunk) -> str:
 class KeywordIndex:
     """BM25 over the chunks of one index generation; row i is chunk i of the generation."""
 
-    def __init__(self, retriever) -> None:  # bm25s.BM25
+    def __init__(self, retriever, mean_length: float | None = None) -> None:  # bm25s.BM25
         self._r = retriever
         self._vocab: dict[str, int] = getattr(retriever, "vocab_dict", {}) or {}
+        # the indexed chunks' mean length in tokens; None for an index saved without it (the caller computes it)
+        self.mean_length = mean_length
 
     @classmethod
     def build(cls, texts: list[str]) -> KeywordIndex:
         import bm25s
 
+        docs = [tokenize(t) or ["∅"] for t in texts]
         r = bm25s.BM25(k1=1.2, b=0.75)
-        r.index([tokenize(t) or ["∅"] for t in texts], show_progress=False)
-        return cls(r)
+        r.index(docs, show_progress=False)
+        return cls(r, sum(map(len, docs)) / len(docs) if docs else 1.0)
 
     def save(self, path: Path) -> None:
         self._r.save(str(path), show_progress=False)
+        if self.mean_length is not None:
+            (path / "mean_length.json").write_text(json.dumps({"mean_length": self.mean_length}), encoding="utf-8")
 
     @classmethod
     def load(cls, path: Path) -> KeywordIndex:
         import bm25s
 
-        return cls(bm25s.BM25.load(str(path), show_progress=False, verbosity=0))
+        try:
+            mean = float(json.loads((path / "mean_length.json").read_text(encoding="utf-8"))["mean_length"])
+        except (OSError, ValueError, KeyError, TypeError):  # saved before it was kept, or damaged
+            mean = None
+        return cls(bm25s.BM25.load(str(path), show_progress=False, verbosity=0), mean)
 
     def has(self, token: str) -> bool:
         """Whether some indexed chunk has this search token."""
