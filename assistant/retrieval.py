@@ -256,7 +256,7 @@ class Retriever:
                       dtype=np.float32)
         score = self._fuse(dense, bm, cross, translated=bool(translation))
         if readings:
-            self._read(idx, readings, qvecs, tokens, qlang, dense, bm, score)
+            self._read(idx, readings, qvecs, tokens, dense, bm, score)
         if fws and p.framework_boost:
             wanted = set(fws)
             score = score + p.framework_boost * np.array(
@@ -276,10 +276,12 @@ class Retriever:
         return self._diverse(hits, k)
 
     def _read(self, idx: np.ndarray, readings: Mapping[str, str], qvecs: list[np.ndarray], tokens: list[str],
-              qlang: str, dense: np.ndarray, bm: np.ndarray, score: np.ndarray) -> None:
-        """Each candidate with another reading scored on that reading as search scores a passage in the reading's
-        language (dense: its vector; keywords: BM25 with the index's statistics, headings and frameworks added as
-        `keyword_text` adds them); where the reading scores better, it replaces the passage's own scores in place."""
+              dense: np.ndarray, bm: np.ndarray, score: np.ndarray) -> None:
+        """Each candidate with a reading in the query's language scored on that reading as search scores a passage
+        in the query's language (dense: its vector; keywords: BM25 with the index's statistics, headings and
+        frameworks added as `keyword_text` adds them); where the reading scores better, it replaces the passage's
+        own scores in place. The reading's language is the query's by contract (a twin made for it), not detected:
+        a translated table row that keeps a few Chinese words ("Graph范式", "微软") is still English."""
         position = {cid: j for j, cid in enumerate(readings)}
         at = [(i, position[cid]) for i, r in enumerate(idx) if (cid := self.snap.chunks[int(r)].id) in position]
         if not at:
@@ -291,7 +293,7 @@ class Retriever:
         chunks = [replace(self.snap.chunks[int(idx[i])], text=t) for (i, _), t in zip(at, texts, strict=True)]
         rbm = np.asarray(self.snap.keyword.score_texts(tokens, [keyword_text(c) for c in chunks], self._avgdl()),
                          dtype=np.float32) if tokens else np.zeros(len(at), dtype=np.float32)
-        rscore = self._fuse(rdense, rbm, np.array([detect_language(t) != qlang for t in texts], dtype=bool))
+        rscore = self._fuse(rdense, rbm, np.zeros(len(at), dtype=bool))
         for j, (i, _) in enumerate(at):
             if rscore[j] > score[i]:
                 score[i], dense[i], bm[i] = rscore[j], max(dense[i], rdense[j]), rbm[j]
