@@ -13,7 +13,9 @@ import re
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 import anyio
 import httpx
@@ -136,17 +138,51 @@ def test_the_http_transport_is_behind_the_apps_access(scripted_service) -> None:
 
 
 # ---- stdio: `assistant mcp` as a real subprocess with the packaged 0.5B model ------------------------------
+@contextmanager
+def server_log(path: Path) -> Iterator[TextIO]:
+    """Where a stdio server's stderr goes; its end is printed when the test fails, so CI shows it."""
+    try:
+        with path.open("w") as f:
+            yield f
+    except BaseException:
+        print(f"--- {path}:\n{path.read_text()[-4000:]}")
+        raise
+
+
+def stdio_params(corpus_index: Path, tmp_path: Path, args: list[str], **env: str) -> StdioServerParameters:
+    env = {**os.environ, "ASSISTANT_INDEX_DIR": str(corpus_index), "ASSISTANT_STATE_DIR": str(tmp_path / "state"),
+           "ASSISTANT_MODEL": "fast", **env}
+    return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO))
+
+
+@pytest.mark.slow
+async def test_stdio_replies_when_the_model_load_overlaps_the_transports_start(corpus_index: Path,
+                                                                                tmp_path: Path) -> None:
+    """The transport takes stdin/stdout before the model starts loading: llama.cpp's quiet load points fd 1 at
+    /dev/null for a moment, and a transport started in that moment kept /dev/null as its wire, so not even
+    `initialize` was answered. tests/quietloadserver.py starts the transport in that moment whenever the load is
+    already running; the server must still answer, and `ask` (which waits for the load) too."""
+    params = stdio_params(corpus_index, tmp_path, [str(REPO / "tests" / "quietloadserver.py")],
+                          ASSISTANT_MAX_ANSWER_TOKENS="24", PYTHONPATH=f"{REPO}:{REPO / 'tests'}")
+    with server_log(tmp_path / "stderr.log") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=60) as client:
+            await check_tools_listed(client)
+            answer = await client.call_tool("ask", {"question": "What does DeepSpeed ZeRO partition?"})
+            assert not answer.is_error and answer.structured_content["answer"], text_of(answer)
+    text = (tmp_path / "stderr.log").read_text()
+    assert text.index("stdio transport up") < text.index("model and index loaded"), text
+
+
 @pytest.mark.slow
 async def test_stdio_server_serves_every_tool(corpus_index: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "ASSISTANT_INDEX_DIR": str(corpus_index), "ASSISTANT_STATE_DIR": str(tmp_path / "state"),
-           "ASSISTANT_MODEL": "fast", "ASSISTANT_MAX_ANSWER_TOKENS": "120", "ASSISTANT_RATE_LIMIT_PER_MINUTE": "12"}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "assistant", "mcp"], env=env, cwd=str(REPO))
+    params = stdio_params(corpus_index, tmp_path, ["-m", "assistant", "mcp"], ASSISTANT_MAX_ANSWER_TOKENS="120",
+                          ASSISTANT_RATE_LIMIT_PER_MINUTE="12")
     progress: list[tuple[float, str | None]] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         progress.append((value, message))
 
-    with (tmp_path / "stderr.log").open("w") as errlog:
+    with server_log(tmp_path / "stderr.log") as errlog:
         async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=300) as client:
             await check_tools_listed(client)
             found = await client.call_tool("search", {"query": "ZeRO 分区", "k": 3, "filters": {"language": "zh"}})

@@ -23,8 +23,8 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -347,11 +347,13 @@ def _tool(server: MCPServer, annotations: ToolAnnotations) -> Any:
     return register
 
 
-def build_server(edge: Edge) -> MCPServer:
-    """The tools, resources and prompt over `edge.service`; served by `run_stdio` and `mount` alike."""
+def build_server(edge: Edge, lifespan: Callable[[MCPServer], AbstractAsyncContextManager[None]] | None = None
+                 ) -> MCPServer:
+    """The tools, resources and prompt over `edge.service`; served by `run_stdio` and `mount` alike. `lifespan`
+    runs once the transport is up (stdio: after it has claimed stdin and stdout)."""
     service = edge.service
     server: MCPServer = MCPServer(SERVER_NAME, title="Framework Advisor (框架选型助手)", instructions=INSTRUCTIONS,
-                                  version=_version(), log_level="WARNING")
+                                  version=_version(), log_level="WARNING", lifespan=lifespan)
 
     @_tool(server, READ_ONLY)
     async def search(query: Annotated[str, Field(description="Search text (Chinese or English)")],
@@ -535,9 +537,10 @@ def mount(app: Any, service: AssistantService) -> Any:
 
 def run_stdio(settings: Settings) -> None:
     """`assistant mcp`: the tools over stdin/stdout for one local client. The index must exist (else a UserError
-    before anything starts); the model loads in the background (after the engine self-check) while the client
-    connects, and `ask` waits for it (the other tools need only the index); then the Advisor's facts are resolved, as
-    `serve` does. Logs go to stderr; stdout carries only the protocol."""
+    before anything starts); once the transport holds stdin and stdout, the model loads in the background (after
+    the engine self-check) while the client connects, and `ask` waits for it (the other tools need only the
+    index); then the Advisor's facts are resolved, as `serve` does. Logs go to stderr; stdout carries only the
+    protocol."""
     from assistant.index.location import open_index
     from assistant.llm.selfcheck import check_settings
 
@@ -566,8 +569,16 @@ def run_stdio(settings: Settings) -> None:
             service.warm_advisor()
             service.warm_pinned()
 
-    threading.Thread(target=load, name="assistant-load", daemon=True).start()
+    @asynccontextmanager
+    async def load_in_background(_: MCPServer) -> AsyncIterator[None]:
+        # Only now, with stdin and stdout claimed by the transport (fd 1 pointed at stderr, the wire on a private
+        # descriptor): a quiet llama.cpp load points fd 1 at /dev/null for a moment, and a claim made in that
+        # moment would take /dev/null for the wire, so no reply, not even to `initialize`, would reach the client.
+        log.info("stdio transport up; loading in the background")
+        threading.Thread(target=load, name="assistant-load", daemon=True).start()
+        yield
+
     try:
-        build_server(edge).run("stdio")
+        build_server(edge, load_in_background).run("stdio")
     finally:
         service.close()
