@@ -5,7 +5,7 @@ question: another framework, another product of a vendor, a device the documents
     python bench/refusal_subject.py --index-dir DIR [--known] [--list] FILE.jsonl [FILE.jsonl ...]
 
 The passages and the pinned article's closeness to the question are the answer path's (`Answerer.retrieve`, then
-Retriever.similarities): with the twin's reading once its translations are on disk (as the product reads it; the
+`Retrieval.closeness`): with the twin's reading once its translations are on disk (as the product reads it; the
 chat model is loaded for its tokenizer and name, nothing is generated), with pinned context on (the default);
 --no-pinned decides on the retrieved passages alone.
 --known gives the decision the index's vocabulary (Retriever.knows: a name the documents hold anywhere is not a
@@ -62,7 +62,7 @@ def main() -> int:
             found = svc.answerer.retrieve(q, detect_language(q), k=args.k)
             hits = found.hits
             t = time.perf_counter()
-            close = max(retriever.similarities(q, found.pinned.chunks, found.translation, found.twin), default=0.0)
+            close = max(found.closeness(q), default=0.0)
             d = decide(q, hits, known=known, choosing=kind_of(q, q, detect_language(q))[0] == SELECTION, pinned_dense=close)
             ms.append((time.perf_counter() - t) * 1000)
             base = decide(q, hits, RefusalThresholds(subject_check=False), pinned_dense=close)

@@ -71,10 +71,15 @@ class Retrieval:
     translation: str | None
     translate_ms: float
 
-    @property
-    def readings(self) -> dict[str, str] | None:
-        """The pinned passages' twin texts by chunk id (search's `readings`); None without a twin."""
-        return dict(zip((c.id for c in self.pinned.chunks), self.twin, strict=True)) if self.twin else None
+    def closeness(self, question: str) -> list[float]:
+        """Each pinned passage's closeness to `question` (its own words or its twin's, with the translation): the
+        evidence the refusal, the router and the focus line read from the pinned documents."""
+        return self.retriever.similarities(question, self.pinned.chunks, self.translation, self.twin)
+
+
+def _readings(pinned: pinning.PinnedContext, twin: tuple[str, ...]) -> dict[str, str] | None:
+    """The pinned passages' twin texts by chunk id (search's `readings`); None without a twin."""
+    return dict(zip((c.id for c in pinned.chunks), twin, strict=True)) if twin else None
 
 
 class Answerer:
@@ -136,7 +141,7 @@ class Answerer:
         found = self.retrieve(standalone, lang, filters)
         retriever, hits, pinned, translation = found.retriever, found.hits, found.pinned, found.translation
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        near = retriever.similarities(standalone, pinned.chunks, translation, found.twin)
+        near = found.closeness(standalone)
         route = router.route(asked, standalone, lang, hits, previous=previous, user_turns=user_turns,
                              vector=_query_vector(retriever, standalone, translation),
                              classifier=svc.kind_classifier(), known=retriever.knows,
@@ -183,11 +188,10 @@ class Answerer:
         retriever = svc.retriever  # one index generation for the whole answer
         pinned = svc.pinned_context(retriever.snap)  # the documents as they are
         read = svc.pinned_context(retriever.snap, lang, build=False)
-        twin = read.texts if read.chunks == pinned.chunks else ()
-        found = Retrieval(retriever, [], pinned, tuple(twin), translation, translate_ms)
+        twin = tuple(read.texts) if read.chunks == pinned.chunks else ()
         hits = retriever.search(standalone, k=k or svc.settings.top_k, filters=Filters.parse(filters),
-                                translation=translation, readings=found.readings)
-        return dataclasses.replace(found, hits=hits)
+                                translation=translation, readings=_readings(pinned, twin))
+        return Retrieval(retriever, hits, pinned, twin, translation, translate_ms)
 
     def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:
         """The turn before this question, as the session store kept it (its question and `extra`); for a new
