@@ -195,7 +195,7 @@ class AnswerTrace:
     (assistant/evaluate/factloss.py): references to values the pipeline computed anyway, so recording it costs
     nothing. Not part of the API contract and never serialised by the adapters."""
 
-    retrieved: list[Hit]  # every passage the retriever returned, before the evidence selection
+    retrieved: list[Hit]  # every passage the retriever returned, before the evidence selection, and the pinned ones
     evidence: list[str]  # the evidence text of each source the model was shown (empty when refused)
     draft: str  # the model's text before the citation check ("" when refused before generation)
     final: str  # the answer's text after the check (a quote or a refusal included)

@@ -283,6 +283,24 @@ def test_small_real_run_writes_the_three_files(service, tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))["n"] == 2
 
 
+def test_a_fact_of_the_pinned_article_is_never_lost_at_retrieval(scripted_service) -> None:
+    """The pinned article is in the model's context whatever the question's ranking: a fact it holds is retrieved
+    for the loss table, and lost at the model's writing when the answer lacks it (real index, pipeline and check;
+    the scripted model quotes the ranked passages)."""
+    svc = scripted_service(pinned_context=True)
+    try:
+        answer = svc.ask("What does ZeRO stage 1 partition?")
+        pinned = [s.hit.chunk.id for s in svc.pinned_context().numbered()]
+    finally:
+        svc.close()
+    trace = answer.trace
+    assert trace is not None and len(pinned) > 20 and not answer.refused
+    assert set(pinned) <= {h.chunk.id for h in trace.retrieved}
+    assert [h.chunk.id for h in answer.sources][:2] == [h.chunk.id for h in trace.retrieved][:2]  # the ranked first
+    # PaddlePaddle's "feel" in the comparison table: the article alone says it, and no ZeRO passage does
+    assert fact_stage("副驾", trace) == "not_written"
+
+
 def test_eval_run_reports_the_loss_table(scripted_service, tmp_path: Path) -> None:
     """A real run (real index, embedder, pipeline and check) with the scripted model, which copies each source's
     first sentence: summary.json and report.html carry the loss table, and its counts add up to the facts."""

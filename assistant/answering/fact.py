@@ -44,8 +44,11 @@ def fact_plan(answer: Answer, decision: Decision, hits: list[Hit], sources: list
                                                 pinned=pinned, shown=shown))
 
     def trace(raw: str, result: Result) -> AnswerTrace:
-        return AnswerTrace(retrieved=hits, evidence=[s.text for s in checked_sources], draft=raw, final=result.text,
-                           refused_before_generation=decision.refuse)
+        # the pinned passages are in the model's context whatever their rank: retrieved, for the loss table
+        ranked = {h.chunk.id for h in hits}
+        always = [s.hit for s in pinned.numbered() if s.hit.chunk.id not in ranked]
+        return AnswerTrace(retrieved=hits + always, evidence=[s.text for s in checked_sources], draft=raw,
+                           final=result.text, refused_before_generation=decision.refuse)
 
     if decision.refuse:
         return Plan(answer, decision.reason, config, finish, trace, lead=decision.message(lang), status=False)

@@ -5,7 +5,8 @@ stage, overall, by kind and by language) with its difference from a baseline's. 
 metrics.fact_present, the one matcher the fact recall uses, so `kept` / facts is the micro fact recall.
 
 A fact that is in the final answer is `kept`. Otherwise it is lost at the first stage that lacks it:
-    not_retrieved      no passage the retriever returned (every hit, before the evidence selection) holds it
+    not_retrieved      no passage the retriever returned (every hit, before the evidence selection) holds it, nor
+                       any pinned passage (the pinned documents are in the model's context whatever their rank)
     refused            retrieved, but policy.decide refused before generation (no evidence was shown)
     cut_by_evidence    retrieved, but not in the evidence the model was shown (budget, floor, max sources)
     not_written        in the evidence, but not in the model's draft
