@@ -34,6 +34,7 @@ from assistant.retrieval import RetrievalParams, Retriever  # noqa: E402
 VARIANTS: dict[str, dict] = {
     "hybrid-unnamed": {"named_candidates": 0},  # without the named frameworks' own candidates
     "hybrid-nocap": {"max_per_source": 0},  # without the per-file cap in the top k
+    "hybrid-cap3": {"max_per_source": 3},  # at most three passages of one file (measured, not adopted)
     "hybrid-noprimary": {"note_yield": 0.0},  # without official pages first over the notes that paraphrase them
     "hybrid-before33": {"max_per_source": 0, "note_yield": 0.0},  # neither (the ranking before issue 33)
 }
