@@ -44,9 +44,10 @@ def fact_plan(answer: Answer, decision: Decision, hits: list[Hit], sources: list
                                                 pinned=pinned, shown=shown))
 
     def trace(raw: str, result: Result) -> AnswerTrace:
-        # the pinned passages are in the model's context whatever their rank: retrieved, for the loss table
+        # the pinned passages are in the model's context whatever their rank: retrieved, for the loss table (the
+        # other sources the model was shown come from `hits`)
         ranked = {h.chunk.id for h in hits}
-        always = [s.hit for s in pinned.numbered() if s.hit.chunk.id not in ranked]
+        always = [s.hit for s in checked_sources if s.hit.chunk.id not in ranked]
         return AnswerTrace(retrieved=hits + always, evidence=[s.text for s in checked_sources], draft=raw,
                            final=result.text, refused_before_generation=decision.refuse)
 
