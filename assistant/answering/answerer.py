@@ -141,11 +141,7 @@ class Answerer:
         found = self.retrieve(standalone, lang, filters)
         retriever, hits, pinned, translation = found.retriever, found.hits, found.pinned, found.translation
         retrieval_ms = (time.perf_counter() - t0) * 1000  # includes the translation
-        near = found.closeness(standalone)
-        route = router.route(asked, standalone, lang, hits, previous=previous, user_turns=user_turns,
-                             vector=_query_vector(retriever, standalone, translation),
-                             classifier=svc.kind_classifier(), known=retriever.knows,
-                             pinned_dense=max(near, default=0.0))
+        route, near = self.route(asked, standalone, lang, found, previous, user_turns)
         user_text = "\n".join([*user_turns, question])
         answer = Answer(answer="", citations=[], refused=False, language=lang, session_id=sid, question=question,
                         standalone_question=standalone)
@@ -192,6 +188,19 @@ class Answerer:
         hits = retriever.search(standalone, k=k or svc.settings.top_k, filters=Filters.parse(filters),
                                 translation=translation, readings=_readings(pinned, twin))
         return Retrieval(retriever, hits, pinned, twin, translation, translate_ms)
+
+    def route(self, asked: str, standalone: str, lang: str, found: Retrieval, previous: router.Turn | None,
+              user_turns: list[str]) -> tuple[router.Route, list[float]]:
+        """The question's Route (assistant/route.py) from what its retrieval found, and the pinned passages'
+        closeness to it (the refusal's evidence and the focus line): `asked` is the user's question (injection
+        stripped), `standalone` it after the follow-up rewrite, `previous` the turn before, `user_turns` the user's
+        earlier words. bench/route_accuracy.py routes its cases through here."""
+        near = found.closeness(standalone)
+        route = router.route(asked, standalone, lang, found.hits, previous=previous, user_turns=user_turns,
+                             vector=_query_vector(found.retriever, standalone, found.translation),
+                             classifier=self.service.kind_classifier(), known=found.retriever.knows,
+                             pinned_dense=max(near, default=0.0))
+        return route, near
 
     def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:
         """The turn before this question, as the session store kept it (its question and `extra`); for a new
