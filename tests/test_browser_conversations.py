@@ -62,7 +62,9 @@ def test_stop_regenerate_reload_reopen_and_export(browser, ui_server: ServerProc
     last = page.locator("#fa-chat .message-content").last.inner_text()
     assert "（已停止）" in last and len(last) > 8
     page.locator("#fa-stop").wait_for(state="hidden", timeout=30_000)
-    assert page.evaluate("document.activeElement === document.querySelector('#fa-question textarea')")
+    # the box takes the focus in the step after the one that hides Stop (ui/history.py, FOCUS_JS): wait for it
+    page.wait_for_function("document.activeElement === document.querySelector('#fa-question textarea')",
+                           timeout=10_000)
     page.screenshot(path=str(ARTIFACTS / "10-stopped.png"))
 
     page.locator("#fa-regenerate").click()
