@@ -301,6 +301,24 @@ def test_a_fact_of_the_pinned_article_is_never_lost_at_retrieval(scripted_servic
     assert fact_stage("副驾", trace) == "not_written"
 
 
+def test_a_recorded_draft_is_checked_again_as_its_answer_was(scripted_service) -> None:
+    """bench/recheck.py's replay: the draft an answer recorded, checked again for its question, gives that answer
+    (real index, pipeline and check); an invented figure in a draft is removed; a refused question has no check."""
+    svc = scripted_service()
+    try:
+        question = "What does ZeRO stage 1 partition?"
+        answer = svc.ask(question)
+        again = svc.answerer.check_draft(question, answer.diagnostics["raw_answer"])
+        invented = svc.answerer.check_draft(question, "ZeRO stage 1 runs only on 4096 TPU v5 pods [1].")
+        refused = svc.answerer.check_draft("今天北京天气怎么样？", "晴。")
+    finally:
+        svc.close()
+    assert not answer.refused and again is not None and again.text == answer.answer
+    assert [c.chunk_id for c in again.citations] == [c.chunk_id for c in answer.citations]
+    assert invented is not None and "4096" not in invented.text
+    assert refused is None
+
+
 def test_eval_run_reports_the_loss_table(scripted_service, tmp_path: Path) -> None:
     """A real run (real index, embedder, pipeline and check) with the scripted model, which copies each source's
     first sentence: summary.json and report.html carry the loss table, and its counts add up to the facts."""

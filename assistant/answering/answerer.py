@@ -124,6 +124,14 @@ class Answerer:
         plan = self._plan(question, "", None, time.perf_counter(), None, count_tokens)
         return list(plan.messages or [])
 
+    def check_draft(self, question: str, draft: str) -> pipeline.Result | None:
+        """What the answer to `question` (asked outside any session) makes of the model's text `draft`: the plan made
+        exactly as an answer makes it (the Route, the evidence, the pinned context), then its check. None when the
+        model would not run (a refusal, a selection answer without reasons). bench/recheck.py replays an evaluation
+        run's recorded drafts through it, so a change to the check is measured without the model."""
+        plan = self._plan(question, "", None, time.perf_counter(), None)
+        return plan.finish(draft, False) if plan.messages else None
+
     def _plan(self, question: str, sid: str, filters: Filters | Mapping[str, Any] | None, t0: float,
               replace: dict[str, Any] | None, count_tokens: Callable[[str], int] | None = None) -> Plan:
         svc, settings = self.service, self.service.settings
