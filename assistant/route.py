@@ -139,16 +139,19 @@ def compared_candidates(question: str) -> tuple[str, ...]:
 def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previous: Turn | None = None,
           user_turns: list[str] | None = None, vector: np.ndarray | None = None,
           classifier: KindClassifier | None = None, known: Callable[[str], bool] | None = None,
-          pinned_dense: float = 0.0, thresholds: RefusalThresholds | None = None) -> Route:
+          pinned_dense: float = 0.0, article_pinned: bool = False,
+          thresholds: RefusalThresholds | None = None) -> Route:
     """The question's Route. `vector`: the standalone question's query embedding (Retriever.query_vector), read by
     `classifier`; `hits`, `known`, `pinned_dense`: what the refusal policy weighs (policy.decide)."""
     p = classifier.selection_probability(vector) if classifier is not None and vector is not None else None
     kind, by = kind_of(standalone, question, lang, previous, p)
-    decision = decide(standalone, hits, thresholds, known=known, choosing=kind == SELECTION, pinned_dense=pinned_dense)
+    article = lexicon.refers_to_article(standalone)
+    decision = decide(standalone, hits, thresholds, known=known, choosing=kind == SELECTION, pinned_dense=pinned_dense,
+                      about_pinned=article and article_pinned)
     if decision.refuse:
         kind = OUT_OF_SCOPE
     situation = situation_from_turns([*(user_turns or []), question])
     situation.lang = lang
     return Route(question, standalone, kind, situation, tuple(find_frameworks(standalone)),
                  compared_candidates(standalone), lexicon.asks_for_several(standalone),
-                 lexicon.refers_to_article(standalone), decision, p, by)
+                 article, decision, p, by)

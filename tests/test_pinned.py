@@ -205,6 +205,27 @@ def test_closeness_to_the_pinned_article_is_evidence_and_an_off_topic_question_s
                   pinned_dense=max(service.retriever.similarities(off, ctx.chunks))).refuse
 
 
+def test_a_question_about_what_the_article_says_reads_the_whole_article_and_is_never_answered_by_a_quote(
+        service) -> None:
+    """A question that points at the pinned article is answered from it however far its words are from each passage
+    ("what does the article advise": close to none of its sentences); one whose answer the article lacks is refused,
+    not answered with the closest sentence; a subject the documents never name is still refused."""
+    def route(q: str):
+        found = service.answerer.retrieve(q, "zh")
+        return service.answerer.route(q, q, "zh", found, None, [])[0]
+
+    asked = "文章最后给了什么建议？"
+    assert route(asked).decision.reason == "about_pinned" and not route(asked).decision.refuse
+    assert route("最后给了什么建议？").decision.reason == "weak_evidence"  # the same words, not about the article
+    assert route("文章里提到北京的天气了吗？").decision.reason == "off_subject"
+    closing = [s.n for s in _article(service).numbered() if "简化版的训练" in s.text]
+    kept = service.answerer.check_draft(asked, f"文章建议在两个最可能的候选框架上各跑一个简化版的训练Pipeline[{closing[0]}]。")
+    assert kept is not None and not kept.refused and kept.citations
+    lacking = service.answerer.check_draft("这篇文章的作者是谁？", "这篇文章的作者是张三。")
+    assert lacking is not None and lacking.refused and not lacking.citations
+    assert lacking.diagnostics["fallback"] == ""
+
+
 def test_a_sentence_listing_the_items_of_a_section_cites_each_item_passage(service) -> None:
     ctx = _article(service)
     src = ctx.numbered()

@@ -151,10 +151,11 @@ def generate(llm: ChatModel, messages: list[Message], config: PipelineConfig,
 
 
 def check(raw: str, question: str, sources: list[Source], config: PipelineConfig, embedder: Embedder,
-          lang: str, user_text: str = "", pinned: PinnedContext = NONE, shown: list[Source] | None = None) -> Result:
+          lang: str, user_text: str = "", pinned: PinnedContext = NONE, shown: list[Source] | None = None,
+          quote: bool = True) -> Result:
     """Keep the sentences their citations support (against the pinned passages and the evidence); when none is,
     quote the closest sentence of the passages retrieval found for the question (`shown`, default the evidence), and
-    when there is none, refuse. `user_text` (the user's words): sentences that restate it are no claims. The kept
+    when there is none, or `quote` is off (no passage was close to the question), refuse. `user_text` (the user's words): sentences that restate it are no claims. The kept
     citations are numbered [1].. in the order the answer first cites them."""
     checker = CitationChecker(embedder, config.support_threshold)
     checked = checker.check(raw, pinned.numbered() + sources, user_text=user_text or question)
@@ -166,10 +167,10 @@ def check(raw: str, question: str, sources: list[Source], config: PipelineConfig
         return Result(*renumber(checked.text, checked.citations), diagnostics=diagnostics)
     if checked.text:  # "PyTorch。": a framework to use without its reason or citation is no answer
         diagnostics["bare_name"] = checked.text
-    quote = best_sentence(question, sources if shown is None else shown, embedder)
-    if quote is None:
+    closest = best_sentence(question, sources if shown is None else shown, embedder) if quote else None
+    if closest is None:
         return Result(refusal_text("weak_evidence", lang), [], refused=True, diagnostics=diagnostics)
-    text, cite = quoted_answer(quote[0], quote[1], lang)
+    text, cite = quoted_answer(closest[0], closest[1], lang)
     diagnostics["fallback"] = "quote"
     return Result(*renumber(text, [cite]), diagnostics=diagnostics)
 

@@ -49,7 +49,7 @@ _DOMAIN_SET = frozenset(_DOMAIN_TERMS) | {"api", "apis", "cpu", "cpus", "gpus", 
 @dataclass
 class Decision:
     refuse: bool
-    reason: str  # "ok" | "weak_evidence" | "off_subject" | "prompt_leak" | "empty"
+    reason: str  # "ok" | "about_pinned" | "weak_evidence" | "off_subject" | "prompt_leak" | "empty"
     top_dense: float = 0.0
     top_score: float = 0.0
     missing: tuple[str, ...] = ()  # off_subject: the question's subject terms no retrieved passage names
@@ -81,7 +81,8 @@ def strip_injection(question: str) -> str:
 
 
 def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
-           known: Callable[[str], bool] | None = None, choosing: bool = False, pinned_dense: float = 0.0) -> Decision:
+           known: Callable[[str], bool] | None = None, choosing: bool = False, pinned_dense: float = 0.0,
+           about_pinned: bool = False) -> Decision:
     """Refuse on a request for the hidden instructions, else when the evidence is too weak, else when the
     passages do not speak of the question's subject (`uncovered_subjects`; `known(term)`, when given, says whether
     the indexed documents name a term anywhere, e.g. Retriever.knows: such a term is never the missing subject).
@@ -91,6 +92,12 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
     `pinned_dense`: the question's best cosine with the pinned documents' passages (Retriever.similarities), which
     are in the model's context whatever their rank: one as close as `min_dense` is evidence enough (an English
     question about the Chinese article ranks our English notes first, at scores too weak to answer on).
+
+    `about_pinned`: the question points at a pinned document ("文章建议……", "according to the article"), which the
+    model reads in full: its evidence is that document, however far the question's words are from each passage
+    (a question about what the article advises is close to none of its sentences); the other checks still apply, and
+    a question answered only for this reason ("about_pinned") is refused when nothing the model writes is supported
+    (no passage is quoted: none was close to it).
 
     `question` is expected to have gone through strip_injection already.
     """
@@ -103,14 +110,14 @@ def decide(question: str, hits: list[Hit], th: RefusalThresholds | None = None,
     top_score = max(h.score for h in hits)
     domain = bool(find_frameworks(question)) or has_domain_term(question)
     need = th.min_dense_with_domain_term if domain else th.min_dense
-    ok = (top_dense >= need and top_score >= th.min_score) or pinned_dense >= th.min_dense
-    if not ok:
+    close = (top_dense >= need and top_score >= th.min_score) or pinned_dense >= th.min_dense
+    if not close and not about_pinned:
         return Decision(True, "weak_evidence", top_dense, top_score)
     missing = uncovered_subjects(question, hits, known) if th.subject_check and not choosing else []
     if missing:
         nearby = tuple(dict.fromkeys(h.chunk.title for h in hits if h.chunk.title))[:3]
         return Decision(True, "off_subject", top_dense, top_score, tuple(missing), nearby)
-    return Decision(False, "ok", top_dense, top_score)
+    return Decision(False, "ok" if close else "about_pinned", top_dense, top_score)
 
 
 # ---- the question's subject ----------------------------------------------------------------------------------

@@ -207,7 +207,8 @@ class Answerer:
         route = router.route(asked, standalone, lang, found.hits, previous=previous, user_turns=user_turns,
                              vector=_query_vector(found.retriever, standalone, found.translation),
                              classifier=self.service.kind_classifier(), known=found.retriever.knows,
-                             pinned_dense=max(near, default=0.0))
+                             pinned_dense=max(near, default=0.0),
+                             article_pinned=any(c.is_article for c in found.pinned.chunks))
         return route, near
 
     def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:
