@@ -124,8 +124,18 @@ USER_SITUATION = Wording("user_situation", (
     r"(?:项目阶段|硬件环境|团队规模|你的情况|您的情况|用户的?情况)(?:是|为|处于|仅|只有))"),
     "sel-en-02 (the model's answer)", "The project stage is early, and the hardware is limited to 64 GPUs.")
 
+# a negated statement ("lacks", "does not support", "不支持", "没有"), read in answers' sentences and passages: a claim
+# that denies what its passage states plainly is the passage's words turned round (the citation check). Not
+# negations: "not only", 不同/不断/不少/不仅/不但/不过/不妨/不错/不久 (different, continually, many, not only, however,
+# might as well, good, soon), 无缝/无论 (seamless, whatever), 非常 (very), 未来 (future)
+NEGATION = Wording("negation", (
+    r"\bnot\b(?! only)|\b(?:no|never|none|neither|nor|cannot|lacks?|lacking|without|unable|unsupported)\b|n't\b|"
+    r"不(?![同断少仅但过妨错久])|没有|没|无(?![缝论])|非(?!常)|未(?!来)|缺乏|缺少"),
+    "dev fact-zh-17 (the model's answer); a question kept out of the evaluation sets",
+    "DeepSpeed 提供了流水线并行训练，对 GPU 总数没有要求。")
+
 ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, COMPARE, PASSIVE, WITHIN, WHAT_TO_USE, SEVERAL, ARTICLE,
-       PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION, PRICE, PRICE_STATED)
+       PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION, PRICE, PRICE_STATED, NEGATION)
 
 
 def asks_for_several(question: str) -> bool:

@@ -63,7 +63,7 @@ def main() -> int:
                 continue
             changed += 1
             if args.list:
-                print(f"{r['id']}: facts {b} -> {a}\n  was: {r['answer'][:300]!r}\n  now: {result.text[:300]!r}")
+                print(f"{r['id']}: facts {b} -> {a}\n  was: {r['answer']!r}\n  now: {result.text!r}")
     finally:
         svc.close()
     print(f"answers as recorded {same}, changed {changed}; key facts {before} -> {after} of {total}; "

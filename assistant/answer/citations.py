@@ -8,6 +8,8 @@ Support of a sentence by a passage = max over the passage's sentences of
 minus 0.5 x the share of the sentence's specific terms (numbers, API names such as torch.compile, acronyms
 such as FSDP, framework names) that the passage does not contain in any language: a sentence that reuses
 a passage's words but adds a version number or the wrong framework is the small model's usual invention.
+A negated sentence ("lacks", "没有要求") scores 0.3 less against each passage sentence that negates nothing
+(`lexicon.NEGATION`): the passage's words with their sense turned round.
 The model (1.5B) rarely cites by itself (shared/notes/models.md), so alignment does the real work.
 
 A kept sentence that nearly copies one passage sentence is shown in the passage's own words (`_quote`): the small
@@ -25,7 +27,7 @@ import numpy as np
 from ..embed import Embedder
 from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks
 from ..lang import detect_language
-from ..lexicon import ARTICLE_CLAIM, USER_SITUATION
+from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import HAN, cjk_count, split_sentences, starts_with_pronoun, tokenize
 from ..types import SNIPPET_MAX, Citation, Numbering
 from .prompt import Source
@@ -43,6 +45,7 @@ SPECIFIC_PENALTY = 0.5
 ATTRIBUTION_PENALTY = 0.3
 SPLICE_PENALTY = 1.0
 ELSEWHERE_PENALTY = 1.0  # a claim about frameworks the passage never names: unsupported whatever the wording
+POLARITY_PENALTY = 0.3  # a negated claim against a passage sentence that negates nothing: the words turned round
 CODE_PENALTY = 1.0  # code in backticks the passage does not contain: what a reader would run is invented
 # plain framework names (checked as frameworks, in any spelling); API names such as torch.compile stay specific
 _FRAMEWORK_WORDS = ({n.lower() for n in FRAMEWORKS} | {n.lower().replace("-", "") for n in FRAMEWORKS}
@@ -207,6 +210,12 @@ class CitationChecker:
         # ("TensorFlow: mature, for experienced teams" does not support "PaddlePaddle is mature ...")
         other = np.array([[bool(cf and sf and not cf & sf) for sf in sent_fws] for cf in claim_fws], dtype=bool)
         pair = pair - ATTRIBUTION_PENALTY * other
+        # polarity: a negated claim against a passage sentence that negates nothing ("TensorFlow lacks a rich model
+        # library" beside "a rich model library ... decides"); a near-copy turned round is still quoted (`_unturned`)
+        negated = np.array([NEGATION.search(x) for x in sentences], dtype=bool)
+        plain_flat = np.array([not NEGATION.search(x) for x in flat], dtype=bool)
+        turned = POLARITY_PENALTY * (negated[:, None] & plain_flat[None, :])
+        self._unturned = np.zeros((len(sentences), len(sources)))
         own_terms = [{t for t in tokenize(x) if len(t) > 1 or not t.isascii()} for x in sentences]
         for j, ss in enumerate(src_sents):
             block = pair[:, start : start + len(ss)]
@@ -227,8 +236,10 @@ class CitationChecker:
                                   for i, cf in enumerate(claim_fws)])
             flat_text = " ".join(texts[j].split()).lower()
             no_code = np.array([any(c not in flat_text for c in cs) for cs in codes])
-            support[:, j] = (block.max(axis=1) - SPECIFIC_PENALTY * penalty[:, j] - SPLICE_PENALTY * spliced
-                             - ELSEWHERE_PENALTY * elsewhere - CODE_PENALTY * no_code)
+            penalties = (SPECIFIC_PENALTY * penalty[:, j] + SPLICE_PENALTY * spliced + ELSEWHERE_PENALTY * elsewhere
+                         + CODE_PENALTY * no_code)
+            support[:, j] = (block - turned[:, start : start + len(ss)]).max(axis=1) - penalties
+            self._unturned[:, j] = block.max(axis=1) - penalties
             local = np.array([[missing_share(st, x, fws[j] | set(find_frameworks(x))) for x in ss] for st in specific])
             self._best_sent[:, j] = (block - 0.2 * local).argmax(axis=1)
             start += len(ss)
@@ -239,10 +250,14 @@ class CitationChecker:
         describes the user's situation is not a claim any passage can support, and is removed even when cited."""
         valid = {s.n for s in sources}
         by_n = {s.n: (j, s) for j, s in enumerate(sources)}
-        raw, subjects = [], []
+        raw: list[str] = []
+        subjects: list[set[str]] = []
+        leads: set[int] = set()
         for sentence in split_sentences(answer):
             pieces = split_lead_in(sentence)
             label = set(find_frameworks(pieces[0])) if len(pieces) == 2 and len(pieces[0]) <= 40 else set()
+            if len(pieces) == 2:
+                leads.add(len(raw))
             raw.extend(pieces)
             subjects.extend([set(), label] if len(pieces) == 2 else [set()])
         parsed = [parse_markers(s) for s in raw]
@@ -253,13 +268,17 @@ class CitationChecker:
         outline: np.ndarray | None = support[:, len(sources):] if groups else None
         support, src_sents = support[:, : len(sources)], src_sents[: len(sources)]
         out_sents: list[str] = []
+        placed: list[int] = []
+        debris: set[int] = set()  # out_sents that state nothing: a label, an enumerator ("2."), "Sources:"
         used: dict[int, Citation] = {}
         result = CheckedAnswer("", [])
         for i, (text, nums) in enumerate(parsed):
             result.dropped_numbers.extend(n for n in nums if n not in valid)
             nums = [n for n in dict.fromkeys(nums) if n in valid]
+            placed.append(len(out_sents))  # piece i's sentence, if it is kept, is out_sents[placed[i]]
             if not is_factual(text):
                 if re.search(r"\w", text):  # drop debris such as a lone "." left by the model
+                    debris.add(len(out_sents))
                     out_sents.append(text)
                 continue
             result.factual_sentences += 1
@@ -304,7 +323,8 @@ class CitationChecker:
             j = by_n[top][0]
             snippet = _snippet(text, src_sents[j], int(self._best_sent[i, j]))  # one or two passage sentences
             chunk = by_n[top][1].hit.chunk
-            quote = self._quote(text, snippet, float(support[i, j]), set(chunk.frameworks), chunk.is_article)
+            # a near-copy is shown in the passage's words even when the claim turned them round
+            quote = self._quote(text, snippet, float(self._unturned[i, j]), set(chunk.frameworks), chunk.is_article)
             if quote:
                 if any(q == quote for _, q in result.quoted_sentences):  # two sentences copied the same one
                     continue
@@ -318,6 +338,13 @@ class CitationChecker:
                     used[n] = citation_record(src, shown, score)
             marks = "".join(f"[{n}]" for n in keep)
             out_sents.append(text[:-1] + marks + text[-1] if text[-1:] in ":：" else text + marks)
+        placed.append(len(out_sents))
+        # a label ("- PipeDream:") whose claim was removed goes too when nothing it could head follows: the answer's
+        # end, or another piece that states nothing ("- Torch DDP Plugin: - Hybrid Parallel Plugin: ...")
+        labels = {placed[k] for k in leads
+                  if placed[k + 1] > placed[k] and placed[k + 2] == placed[k + 1] and placed[k] in debris
+                  and (placed[k] + 1 == len(out_sents) or placed[k] + 1 in debris)}
+        out_sents = [x for k, x in enumerate(out_sents) if k not in labels]
         if not result.supported_sentences and result.removed_sentences:
             # Nothing survived the check: keep nothing rather than an unsupported answer.
             result.text = ""
