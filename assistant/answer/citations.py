@@ -325,9 +325,11 @@ class CitationChecker:
             chunk = by_n[top][1].hit.chunk
             # a near-copy is shown in the passage's words even when the claim turned them round
             quote = self._quote(text, snippet, float(self._unturned[i, j]), set(chunk.frameworks), chunk.is_article)
-            said = _bare(text if not quote else quote)
-            if said and said in _bare(" ".join(out_sents)):  # already said: two sentences copied the same passage
-                continue  # sentence, or a quote of two passage sentences holds the next claim ("No code changes ...")
+            # already said: the model repeated itself, two sentences copied the same passage sentence, or a quote of
+            # two passage sentences holds this claim too ("... configuration json*. No code changes are needed.")
+            said = _bare(quote or text)
+            if said and said in _bare(" ".join(out_sents)):
+                continue
             if quote:
                 result.quoted_sentences.append((text, quote))
                 text, keep = quote, [top]

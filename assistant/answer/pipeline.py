@@ -155,8 +155,9 @@ def check(raw: str, question: str, sources: list[Source], config: PipelineConfig
           quote: bool = True) -> Result:
     """Keep the sentences their citations support (against the pinned passages and the evidence); when none is,
     quote the closest sentence of the passages retrieval found for the question (`shown`, default the evidence), and
-    when there is none, or `quote` is off (no passage was close to the question), refuse. `user_text` (the user's words): sentences that restate it are no claims. The kept
-    citations are numbered [1].. in the order the answer first cites them."""
+    when there is none, or `quote` is off (no passage was close to the question), refuse. `user_text` (the user's
+    words): sentences that restate it are no claims. The kept citations are numbered [1].. in the order the answer
+    first cites them."""
     checker = CitationChecker(embedder, config.support_threshold)
     checked = checker.check(raw, pinned.numbered() + sources, user_text=user_text or question)
     diagnostics: dict[str, Any] = {
