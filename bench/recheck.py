@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from assistant.evaluate.dataset import load_set  # noqa: E402
 from assistant.evaluate.metrics import fact_present  # noqa: E402
 from assistant.service import AssistantService  # noqa: E402
 from assistant.settings import load_settings  # noqa: E402
@@ -37,12 +38,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.list and any("test" in Path(g).parts for g in args.gold):
         ap.error("--list is for the dev sets: the blind split is run for its figures only")
-    facts = {}
-    for g in args.gold:
-        for line in Path(g).read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                case = json.loads(line)
-                facts[case["id"]] = case.get("answer_facts") or []
+    facts = {case.id: case.answer_facts for g in args.gold for case in load_set(Path(g)).cases}
     svc = AssistantService(load_settings(index_dir=Path(args.index_dir)))
     same = changed = before = after = total = quotes = 0
     try:

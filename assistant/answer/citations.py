@@ -270,6 +270,7 @@ class CitationChecker:
         out_sents: list[str] = []
         placed: list[int] = []
         debris: set[int] = set()  # out_sents that state nothing: a label, an enumerator ("2."), "Sources:"
+        spoken, heard = "", 0  # the answer's words so far (`_bare`, of out_sents[:heard]): not said again
         used: dict[int, Citation] = {}
         result = CheckedAnswer("", [])
         for i, (text, nums) in enumerate(parsed):
@@ -327,8 +328,10 @@ class CitationChecker:
             quote = self._quote(text, snippet, float(self._unturned[i, j]), set(chunk.frameworks), chunk.is_article)
             # already said: the model repeated itself, two sentences copied the same passage sentence, or a quote of
             # two passage sentences holds this claim too ("... configuration json*. No code changes are needed.")
+            spoken += _bare("".join(out_sents[heard:]))  # what was added since the last sentence's turn
+            heard = len(out_sents)
             said = _bare(quote or text)
-            if said and said in _bare(" ".join(out_sents)):
+            if said and said in spoken:
                 continue
             if quote:
                 result.quoted_sentences.append((text, quote))

@@ -68,6 +68,11 @@ class PinnedContext:
     def holds(self, chunk: Chunk) -> bool:
         return chunk.source in self.sources
 
+    @property
+    def has_article(self) -> bool:
+        """Whether a reference article is among the pinned documents (what "according to the article" points at)."""
+        return any(c.is_article for c in self.chunks)
+
 
 NONE = PinnedContext((), (), "", 0)
 

@@ -82,7 +82,7 @@ def extra_hits(hits: list[Hit], pinned: PinnedContext = NONE, article: bool = Fa
     repeated."""
     if not pinned.k:
         return hits
-    if article and any(c.is_article for c in pinned.chunks):
+    if article and pinned.has_article:
         return []
     out: list[Hit] = []
     for hit in hits:

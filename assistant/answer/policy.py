@@ -55,6 +55,12 @@ class Decision:
     missing: tuple[str, ...] = ()  # off_subject: the question's subject terms no retrieved passage names
     nearby: tuple[str, ...] = ()  # off_subject: what the retrieved passages are about (their document titles)
 
+    @property
+    def quotes_closest(self) -> bool:
+        """Whether an answer the check cannot support may quote the passage sentence closest to the question: not
+        when the question was answered only because it points at a pinned document (no passage was close to it)."""
+        return self.reason != "about_pinned"
+
     def message(self, lang: str) -> str:
         """The refusal in the user's language; an off-subject one names what was asked and what is covered nearby."""
         return refusal_text(self.reason, lang, self.missing, self.nearby)

@@ -208,7 +208,7 @@ class Answerer:
                              vector=_query_vector(found.retriever, standalone, found.translation),
                              classifier=self.service.kind_classifier(), known=found.retriever.knows,
                              pinned_dense=max(near, default=0.0),
-                             article_pinned=any(c.is_article for c in found.pinned.chunks))
+                             article_pinned=found.pinned.has_article)
         return route, near
 
     def _previous_turn(self, sid: str, replace: dict[str, Any] | None) -> router.Turn | None:

@@ -41,7 +41,7 @@ def fact_plan(answer: Answer, decision: Decision, hits: list[Hit], sources: list
         if stopped:
             return with_cited_pinned(stopping.check_stopped(raw, checked_sources, config, embedder))
         return with_cited_pinned(pipeline.check(raw, question, sources, config, embedder, lang, user_text=user_text,
-                                                pinned=pinned, shown=shown, quote=decision.reason != "about_pinned"))
+                                                pinned=pinned, shown=shown, quote=decision.quotes_closest))
 
     def trace(raw: str, result: Result) -> AnswerTrace:
         # the pinned passages are in the model's context whatever their rank: retrieved, for the loss table (the
