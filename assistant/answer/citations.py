@@ -156,6 +156,25 @@ def missing_share(sentence_terms: set[str], passage: str, frameworks: set[str]) 
     return sum(not _found(t, low, frameworks) for t in sentence_terms) / len(sentence_terms)
 
 
+def sentence_frameworks(text: str, sentences: list[str]) -> list[set[str]]:
+    """The frameworks each of a passage's sentences (`split_sentences(text)`) is about: those it names, and in a
+    table those its row's first cell names (the article's comparison table: "| JAX | ... | 但在多机多卡生态上，相比
+    PyTorch/TensorFlow仍处发展期 |" is about JAX, although the sentence names only the two it is compared with)."""
+    out: list[set[str]] = []
+    pos = 0
+    for sentence in sentences:
+        names = set(find_frameworks(sentence))
+        at = text.find(sentence, pos)
+        if at >= 0:
+            pos = end = at + len(sentence)
+            line_end = text.find("\n", end - 1)
+            row = text[text.rfind("\n", 0, end - 1) + 1 : line_end if line_end >= 0 else len(text)].strip()
+            if row.startswith("|"):  # the line the sentence ends on
+                names |= set(find_frameworks(row.strip("|").split("|", 1)[0]))
+        out.append(names)
+    return out
+
+
 class CitationChecker:
     def __init__(self, embedder: Embedder, threshold: float = 0.40, drop_unsupported: bool = True,
                  deictic_threshold: float = DEICTIC_THRESHOLD, quote_threshold: float | None = QUOTE_THRESHOLD) -> None:
@@ -205,7 +224,7 @@ class CitationChecker:
         # the snippet shown for a citation is the passage sentence that matches best and also names the
         # sentence's specific terms (stage 2, torch.compile), not merely the most similar one
         claim_fws = [{t[3:] for t in st if t.startswith("fw:")} for st in specific]  # named frameworks
-        sent_fws = [set(find_frameworks(x)) for x in flat]
+        sent_fws = [f for t, ss in zip(texts, src_sents, strict=True) for f in sentence_frameworks(t, ss)]
         # attribution: a passage sentence about other frameworks only cannot carry a claim about this one
         # ("TensorFlow: mature, for experienced teams" does not support "PaddlePaddle is mature ...")
         other = np.array([[bool(cf and sf and not cf & sf) for sf in sent_fws] for cf in claim_fws], dtype=bool)
