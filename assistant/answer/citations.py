@@ -435,6 +435,16 @@ def quoted_answer(src: Source, sentence: str, lang: str) -> tuple[str, Citation]
     return text, citation_record(src, sentence, 1.0)
 
 
+def quoted_claim(sentence: str) -> str:
+    """What a sentence of an answer claims: for the closest-passage quote (`quoted_answer`) the passage's words, not
+    its lead, which says what the answer did rather than what the documents say (its "could not" / "没能" would read
+    as a negated claim); any other sentence as it is."""
+    for lead in QUOTE_LEAD.values():
+        if sentence.startswith(lead):
+            return sentence[len(lead):].strip().strip("“”\"。.").strip()
+    return sentence
+
+
 def _bare(text: str) -> str:
     """A sentence's words without marks, spaces or case: what two sentences that say the same thing share."""
     return re.sub(r"\W", "", _MARK.sub("", text)).lower()

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..answer.citations import is_factual, parse_markers
+from ..answer.citations import is_factual, parse_markers, quoted_claim
 from ..errors import UserError
 from ..interfaces import Answerer
 from ..text import split_sentences
@@ -150,7 +150,7 @@ def answer_sentences(text: str) -> list[tuple[str, list[int]]]:
     for s in split_sentences(text):
         plain, nums = parse_markers(s)
         if is_factual(plain) and plain.rstrip()[-1:] not in ":：":  # a lead-in ("For your situation (...):") claims nothing
-            out.append((plain, nums))
+            out.append((quoted_claim(plain), nums))
     return out
 
 
