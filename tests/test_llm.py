@@ -8,6 +8,7 @@ is used where Chinese output matters. Nothing here is mocked.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -301,6 +302,20 @@ def test_llama_chinese_prompt_gets_chinese_answer() -> None:
     finally:
         model.close()
     assert cjk_count(answer) >= 5, answer
+
+
+def test_an_english_answer_never_samples_a_han_character() -> None:
+    """The small models copy words of their Chinese evidence into English answers ("TB级", "monitoring运维"): with
+    language="en" the engine samples no token that writes or begins a Han character, even when asked for Chinese."""
+    model = create_chat_model(load_settings(model="fast", cache_dir=CACHE, threads=2, n_ctx=1024))
+    ask = [{"role": "user", "content": "用一句话介绍 PyTorch。"}]
+    try:
+        free = model.complete(ask, max_tokens=24, temperature=0.0)
+        english = "".join(model.stream(ask, max_tokens=24, temperature=0.0, language="en"))
+    finally:
+        model.close()
+    assert cjk_count(free) >= 5, free  # what the question alone gets
+    assert cjk_count(english) == 0 and re.search(r"[A-Za-z]{3}", english), english
 
 
 # -- OpenAI-compatible server (streaming against a real server: test_contract_chatmodel.py) ---------

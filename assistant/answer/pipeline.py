@@ -135,13 +135,15 @@ def evidence_budget(several: bool, config: PipelineConfig) -> tuple[int, int]:
 
 
 def generate(llm: ChatModel, messages: list[Message], config: PipelineConfig,
-             started: float | None = None) -> Generator[str, None, Generation]:
-    """Stream the model's answer: yields each piece, and returns a Generation (`gen = yield from generate(...)`).
-    `started` (a time.perf_counter() value, default now) is where the time to the first piece counts from."""
+             started: float | None = None, language: str | None = None) -> Generator[str, None, Generation]:
+    """Stream the model's answer (in `language`, the question's): yields each piece, and returns a Generation
+    (`gen = yield from generate(...)`). `started` (a time.perf_counter() value, default now) is where the time to the
+    first piece counts from."""
     started = time.perf_counter() if started is None else started
     pieces: list[str] = []
     ttft: float | None = None
-    for piece in llm.stream(messages, max_tokens=config.max_answer_tokens, temperature=config.temperature):
+    for piece in llm.stream(messages, max_tokens=config.max_answer_tokens, temperature=config.temperature,
+                            language=language):
         if ttft is None:
             ttft = time.perf_counter() - started
         pieces.append(piece)

@@ -134,7 +134,8 @@ class AnswerLoop:
                 llm = self.parts.llm
                 if plan.prefix:
                     self.parts.warm(plan.prefix)
-                gen = yield from stopping.stoppable_tokens(pipeline.generate(llm, plan.messages or [], plan.config, t0),
+                gen = yield from stopping.stoppable_tokens(pipeline.generate(llm, plan.messages or [], plan.config, t0,
+                                                                             answer.language),
                                                            handle.event, written, t0)
                 if not handle.asked and off_language(gen.text, answer.language):
                     gen = self._rewrite_in_language(llm, plan, handle, gen)
@@ -158,7 +159,7 @@ class AnswerLoop:
         pieces: list[str] = []
         for piece in llm.stream(rewrite_messages(first.text, plan.answer.language),
                                 max_tokens=config.max_answer_tokens + config.max_answer_tokens // 2,
-                                temperature=config.temperature):
+                                temperature=config.temperature, language=plan.answer.language):
             if handle.asked:
                 return first
             pieces.append(piece)

@@ -39,8 +39,11 @@ class ChatModel(ABC):
         max_tokens: int = 256,
         temperature: float = 0.1,
         stop: list[str] | None = None,
+        language: str | None = None,
     ) -> Iterator[str]:
-        """Yield the answer piece by piece; set self.last_usage when done."""
+        """Yield the answer piece by piece; set self.last_usage when done. `language` ("en", "zh"): the answer's; an
+        engine that can keep the other script out of it does so (the in-process llama.cpp engine: no Han
+        character in an English answer), the others read only the prompt."""
 
     def complete(self, messages: list[Message], **kwargs: object) -> str:
         return "".join(self.stream(messages, **kwargs))  # type: ignore[arg-type]

@@ -23,8 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from assistant.llm.base import ChatModel, Message, ModelError, Usage
 from assistant.llm.wheelhouse import installed_record
+from assistant.text import has_cjk
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,7 @@ class LlamaCppChatModel(ChatModel):
                                       "mtime_ns": st.st_mtime_ns, "n_ctx": n_ctx, "n_batch": n_batch,
                                       "flash_attn": flash_attn, "speculative": speculative})
         self._formatter = self._chat_formatter(llama_cpp)
+        self._han_ids: np.ndarray | None = None  # _han_tokens(), read once
 
     def _chat_formatter(self, llama_cpp: Any) -> Any:
         """The chat template stored in the GGUF (what the model was trained with), rendered by jinja2."""
@@ -156,6 +160,7 @@ class LlamaCppChatModel(ChatModel):
         max_tokens: int = 256,
         temperature: float = 0.1,
         stop: list[str] | None = None,
+        language: str | None = None,
     ) -> Iterator[str]:
         tokens, template_stops, criteria = self._prompt(messages)
         if len(tokens) + 1 >= self.n_ctx:
@@ -165,16 +170,36 @@ class LlamaCppChatModel(ChatModel):
         # held while the caller iterates: consume the iterator or close() it to let the next call run
         with self._lock:
             self._ensure_prefix(tokens)
-            yield from self._generate(tokens, list(stop or []) + template_stops, criteria, max_tokens, temperature)
+            banned = self._han_tokens() if language == "en" else None
+            yield from self._generate(tokens, list(stop or []) + template_stops, criteria, max_tokens, temperature,
+                                      banned)
+
+    def _han_tokens(self) -> np.ndarray:
+        """Ids of the vocabulary's tokens that write a Han character, or begin one (a UTF-8 lead byte of U+4000 to
+        U+9FFF: Qwen spells a rare character in byte tokens): what an English answer never needs. The 1.5B copies
+        words of its Chinese evidence into English answers ("TB级", "monitoring运维", "PaddlePaddle's国产"): 4 of the
+        47 English answers of the dev article sets. Read from the vocabulary once per engine."""
+        if self._han_ids is None:
+            ids = []
+            for i in range(self._llm.n_vocab()):
+                piece = self._llm.detokenize([i])
+                if has_cjk(piece.decode("utf-8", errors="ignore")) or (
+                        0 < len(piece) <= 2 and 0xE4 <= piece[0] <= 0xE9):
+                    ids.append(i)
+            self._han_ids = np.array(ids, dtype=np.int64)
+        return self._han_ids
 
     def _generate(
-        self, tokens: list[int], stops: list[str], criteria: Any, max_tokens: int, temperature: float
+        self, tokens: list[int], stops: list[str], criteria: Any, max_tokens: int, temperature: float,
+        banned: np.ndarray | None = None,
     ) -> Iterator[str]:
         llama_cpp = _import_llama()
         sampled: list[float] = []  # one timestamp per sampled token (the logits processor runs once per token)
 
         def count(_ids: Any, scores: Any) -> Any:
             sampled.append(time.perf_counter())
+            if banned is not None and len(banned):
+                scores[banned] = -np.inf
             return scores
 
         llama_cpp.llama_perf_context_reset(self._llm._ctx.ctx)

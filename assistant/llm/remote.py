@@ -54,6 +54,7 @@ class OpenAIChatModel(ChatModel):
         max_tokens: int = 256,
         temperature: float = 0.1,
         stop: list[str] | None = None,
+        language: str | None = None,
     ) -> Iterator[str]:
         started = time.perf_counter()
         request = dict(model=self.model, messages=messages, max_tokens=max_tokens, temperature=temperature,

@@ -59,6 +59,7 @@ class ScriptedChatModel(ChatModel):
         max_tokens: int = 256,
         temperature: float = 0.1,
         stop: list[str] | None = None,
+        language: str | None = None,
     ) -> Iterator[str]:
         self.calls.append(messages)
         text = self._text(messages)

@@ -71,6 +71,7 @@ class TransformersChatModel(ChatModel):
         max_tokens: int = 256,
         temperature: float = 0.1,
         stop: list[str] | None = None,
+        language: str | None = None,
     ) -> Iterator[str]:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         inputs = self.tokenizer(text, return_tensors="pt", add_special_tokens=False)
