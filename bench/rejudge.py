@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 from assistant.embed import create_embedder  # noqa: E402
 from assistant.evaluate import metrics as M  # noqa: E402
 from assistant.evaluate.judge import SupportJudge  # noqa: E402
-from assistant.evaluate.runner import PASSAGE_CHARS, answer_sentences  # noqa: E402
+from assistant.evaluate.runner import answer_sentences, premise  # noqa: E402
 from assistant.index.snapshot import IndexSnapshot  # noqa: E402
 from assistant.settings import load_settings  # noqa: E402
 
@@ -50,7 +50,7 @@ def main() -> int:
         if any(c is None for c in chunks.values()):
             missing += 1  # a passage the index no longer holds: not this run's index
             continue
-        passages = {n: c.text[:PASSAGE_CHARS] for n, c in chunks.items() if c is not None}
+        passages = {n: premise(c.text) for n, c in chunks.items() if c is not None}
         after = M.alce_citation_scores(answer_sentences(r["answer"]), passages, judge)
         for key, b, a in (("recall", before[0], after[0]), ("precision", before[1], after[1])):
             if b is not None and a is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .judge import CombinedJudge, ModelJudge, SupportJudge
-from .runner import PASSAGE_CHARS, answer_sentences
+from .runner import answer_sentences, premise
 
 
 def extract_pairs(rows: list[dict[str, Any]], passage_text: Any, n: int, seed: int = 0,
@@ -42,7 +42,7 @@ def extract_pairs(rows: list[dict[str, Any]], passage_text: Any, n: int, seed: i
         if others:
             pairs.append({**p, "chunk_ids": [rng.choice(others)], "pair": "swapped"})
     for p in pairs:
-        p["passage"] = "\n".join(passage_text(c)[:PASSAGE_CHARS] for c in p["chunk_ids"])
+        p["passage"] = "\n".join(premise(passage_text(c)) for c in p["chunk_ids"])
     return pairs[:n]
 
 

@@ -111,9 +111,14 @@ def _cited_chunks(answer: Answer) -> dict[int, Any]:
     return cited or {i + 1: h.chunk for i, h in enumerate(answer.sources)}
 
 
+def premise(passage: str) -> str:
+    """What the judge reads of one cited passage: its first PASSAGE_CHARS."""
+    return passage[:PASSAGE_CHARS]
+
+
 def judged_passages(answer: Answer) -> dict[int, str]:
-    """What the judge reads for each [n]: the first PASSAGE_CHARS of the passage its citation opens."""
-    return {n: chunk.text[:PASSAGE_CHARS] for n, chunk in _cited_chunks(answer).items()}
+    """What the judge reads for each [n]: the premise of the passage its citation opens."""
+    return {n: premise(chunk.text) for n, chunk in _cited_chunks(answer).items()}
 
 
 def score_answer(case: EvalCase, answer: Answer, ranked: list[str], source_paths: dict[int, str],
