@@ -196,6 +196,23 @@ def starts_with_pronoun(sentence: str) -> bool:
     return bool(_PRONOUN_START.match(sentence))
 
 
+# a subject that is only a pronoun standing for one named thing: "它" / "它的" / "其", "It" / "Its" (not "它们",
+# "其中", nor a demonstrative with a noun of its own, "这个包名……", "This API ...", which names another thing)
+_BARE_PRONOUN = re.compile(r"^(?P<lead>[*_|>#\-•\s]*)(?:(?P<zh>它的|它(?!们)|其(?!外|次|实|他|中|余))|(?P<en>Its|It)\b)")
+
+
+def resolve_pronoun(sentence: str, name: str) -> str | None:
+    """`sentence` with its bare pronoun subject said as `name` ("它在分布式训练上……" -> "PaddlePaddle在分布式训练上……",
+    "Its API ..." -> "JAX's API ..."); None when its subject is not such a pronoun."""
+    m = _BARE_PRONOUN.match(sentence)
+    if not m:
+        return None
+    said = m.group("zh") or m.group("en")
+    owner = said in ("它的", "其", "Its")
+    subject = name + ("'s" if said == "Its" else "的" if owner else "")
+    return m.group("lead") + subject + sentence[m.end():]
+
+
 def normalise(text: str) -> str:
     """Full-width to half-width, lower case, collapsed spaces."""
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()

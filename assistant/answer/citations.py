@@ -28,9 +28,9 @@ from ..embed import Embedder
 from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
-from ..text import HAN, cjk_count, split_sentences, starts_with_pronoun, tokenize
+from ..text import HAN, cjk_count, resolve_pronoun, split_sentences, starts_with_pronoun, tokenize
 from ..types import SNIPPET_MAX, Citation, Numbering
-from .prompt import Source
+from .prompt import Source, echoes_instructions
 
 # "[1], [2]": the commas go too. At most 6 digits a number: a longer one is no source number, and int() refuses
 # more than 4,300 digits (a ValueError out of the check)
@@ -281,9 +281,14 @@ class CitationChecker:
             subjects.extend([set(), label] if len(pieces) == 2 else [set()])
         parsed = [parse_markers(s) for s in raw]
         plain = [p[0] for p in parsed]
+        # a piece whose subject is a bare pronoun is also scored said with the framework the piece before names
+        resolved = _resolved_pronouns(plain)  # piece -> (the piece before, the piece said so)
+        rows = {i: len(plain) + k for k, i in enumerate(resolved)}  # the said-so piece's row
         groups = sibling_groups(sources)
         # the sections' outlines are scored beside the passages, in one pass (each sentence embedded once)
-        support, src_sents = self.support_matrix(plain, sources + [outline_source(sources, g) for g in groups], subjects)
+        support, src_sents = self.support_matrix(plain + [said for _, said in resolved.values()],
+                                                 sources + [outline_source(sources, g) for g in groups],
+                                                 subjects + [set() for _ in resolved])
         outline: np.ndarray | None = support[:, len(sources):] if groups else None
         support, src_sents = support[:, : len(sources)], src_sents[: len(sources)]
         out_sents: list[str] = []
@@ -291,6 +296,7 @@ class CitationChecker:
         debris: set[int] = set()  # out_sents that state nothing: a label, an enumerator ("2."), "Sources:"
         spoken, heard = "", 0  # the answer's words so far (`_bare`, of out_sents[:heard]): not said again
         used: dict[int, Citation] = {}
+        kept: set[int] = set()  # the pieces kept (supported)
         result = CheckedAnswer("", [])
         for i, (text, nums) in enumerate(parsed):
             result.dropped_numbers.extend(n for n in nums if n not in valid)
@@ -302,10 +308,15 @@ class CitationChecker:
                     out_sents.append(text)
                 continue
             result.factual_sentences += 1
-            if restates_user(text, user_text):
+            if restates_user(text, user_text) or echoes_instructions(text):
                 result.removed_sentences.append(text)
                 continue
             pronoun = starts_with_pronoun(text)
+            row = i  # the support matrix's row read for this piece
+            if i in resolved and resolved[i][0] in kept:
+                # its pronoun stands for the one framework of the kept piece before ("PaddlePaddle 由百度主导。它
+                # 推出了……"): a claim naming its subject, which the attribution rules check like any other
+                row, pronoun = rows[i], False
             bar = self.deictic_threshold if pronoun else self.threshold
             if pronoun and not result.supported_sentences:
                 # nothing kept before it names what the pronoun means: the answer "这是……组合" restates the
@@ -313,17 +324,18 @@ class CitationChecker:
                 bar = float("inf")
             # a cited source far weaker than the best one is not where the claim came from: the citation must
             # open the passage that says it ("[1], [2], [3], [4]" after a note's verbatim sentence kept only [1])
-            best = float(support[i].max()) if len(sources) else 0.0
-            keep = [n for n in nums if support[i, by_n[n][0]] >= max(bar, best - CITED_MARGIN)]
+            best = float(support[row].max()) if len(sources) else 0.0
+            keep = [n for n in nums if support[row, by_n[n][0]] >= max(bar, best - CITED_MARGIN)]
             if not keep and len(sources):
-                j = int(np.argmax(support[i]))
-                if support[i, j] >= bar:
+                j = int(np.argmax(support[row]))
+                if support[row, j] >= bar:
                     keep = [sources[j].n]
             # a sentence its section's outline supports better than any one passage lists the section's items
-            if outline is not None and not pronoun and float(outline[i].max()) > (best if keep else -1.0):
-                listed = _listed(text, outline[i], groups, sources, bar)
+            if outline is not None and not pronoun and float(outline[row].max()) > (best if keep else -1.0):
+                listed = _listed(text, outline[row], groups, sources, bar)
                 if listed:
                     result.supported_sentences += 1
+                    kept.add(i)
                     for j, score in listed:
                         if sources[j].n not in used or used[sources[j].n].support < score:
                             used[sources[j].n] = citation_record(sources[j], lead(sources[j].hit.chunk.text), score)
@@ -337,14 +349,15 @@ class CitationChecker:
                     result.removed_sentences.append(text)
                 continue
             result.supported_sentences += 1
+            kept.add(i)
             if ARTICLE_CLAIM.search(text) and not any(by_n[n][1].hit.chunk.is_article for n in keep):
                 text = _neutral_attribution(text)
-            top = max(keep, key=lambda n: support[i, by_n[n][0]])
+            top = max(keep, key=lambda n: support[row, by_n[n][0]])
             j = by_n[top][0]
-            snippet = _snippet(text, src_sents[j], int(self._best_sent[i, j]))  # one or two passage sentences
+            snippet = _snippet(text, src_sents[j], int(self._best_sent[row, j]))  # one or two passage sentences
             chunk = by_n[top][1].hit.chunk
             # a near-copy is shown in the passage's words even when the claim turned them round
-            quote = self._quote(text, snippet, float(self._unturned[i, j]), set(chunk.frameworks), chunk.is_article)
+            quote = self._quote(text, snippet, float(self._unturned[row, j]), set(chunk.frameworks), chunk.is_article)
             # already said: the model repeated itself, two sentences copied the same passage sentence, or a quote of
             # two passage sentences holds this claim too ("... configuration json*. No code changes are needed.")
             spoken += _bare("".join(out_sents[heard:]))  # what was added since the last sentence's turn
@@ -357,9 +370,9 @@ class CitationChecker:
                 text, keep = quote, [top]
             for n in keep:
                 j, src = by_n[n]
-                score = float(support[i, j])
+                score = float(support[row, j])
                 if n not in used or used[n].support < score:
-                    shown = quote or (snippet if n == top else _snippet(text, src_sents[j], int(self._best_sent[i, j])))
+                    shown = quote or (snippet if n == top else _snippet(text, src_sents[j], int(self._best_sent[row, j])))
                     used[n] = citation_record(src, shown, score)
             marks = "".join(f"[{n}]" for n in keep)
             out_sents.append(text[:-1] + marks + text[-1] if text[-1:] in ":：" else text + marks)
@@ -424,6 +437,23 @@ def restates_user(sentence: str, user_text: str) -> bool:
         return True
     terms = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii() or t.isdigit()}  # "2" is a fact
     return len(terms) >= ECHO_MIN_TERMS and terms <= set(tokenize(user_text))
+
+
+def _resolved_pronouns(pieces: list[str]) -> dict[int, tuple[int, str]]:
+    """For each factual piece whose subject is a bare pronoun ("它……", "It ...") right after a factual piece that
+    names exactly one framework: (that piece, the piece said with the framework's name). The check reads the named
+    form when that piece was kept; two frameworks before it, or none, leave the pronoun unresolved."""
+    out: dict[int, tuple[int, str]] = {}
+    before: int | None = None
+    for i, text in enumerate(pieces):
+        if not is_factual(text):
+            continue
+        names = find_frameworks(pieces[before]) if before is not None else []
+        said = resolve_pronoun(text, names[0]) if len(names) == 1 else None
+        if before is not None and said is not None:
+            out[i] = (before, said)
+        before = i
+    return out
 
 
 def quoted_answer(src: Source, sentence: str, lang: str) -> tuple[str, Citation]:
