@@ -304,10 +304,14 @@ def test_llama_chinese_prompt_gets_chinese_answer() -> None:
     assert cjk_count(answer) >= 5, answer
 
 
-def test_an_english_answer_never_samples_a_han_character() -> None:
+@pytest.mark.parametrize("backend", ["llama", pytest.param("transformers", marks=pytest.mark.slow)])
+def test_an_english_answer_never_samples_a_han_character(backend: str) -> None:
     """The small models copy words of their Chinese evidence into English answers ("TB级", "monitoring运维"): with
-    language="en" the engine samples no token that writes or begins a Han character, even when asked for Chinese."""
-    model = create_chat_model(load_settings(model="fast", cache_dir=CACHE, threads=2, n_ctx=1024))
+    language="en" an in-process engine samples no token that writes or begins a Han character, even when asked for
+    Chinese (transformers: only with the torch extra)."""
+    if backend == "transformers":
+        pytest.importorskip("torch", reason="needs pip install '.[torch]'")
+    model = create_chat_model(load_settings(backend=backend, model="fast", cache_dir=CACHE, threads=2, n_ctx=1024))
     ask = [{"role": "user", "content": "用一句话介绍 PyTorch。"}]
     try:
         free = model.complete(ask, max_tokens=24, temperature=0.0)

@@ -11,9 +11,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from assistant.errors import ModelError as ModelError  # what every engine raises; defined with UserError
-from assistant.text import rough_tokens
+from assistant.text import has_cjk, rough_tokens
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
+
+
+def writes_han(piece: bytes) -> bool:
+    """Whether a vocabulary token's bytes write a Han character or begin one (a one- or two-byte token starting
+    with a UTF-8 lead byte of U+4000 to U+9FFF: Qwen spells a rare character in byte tokens): the tokens an English
+    answer never needs. The 1.5B copies words of its Chinese evidence into English answers ("TB级", "monitoring运维",
+    "PaddlePaddle's国产": 4 of the 47 English answers of the dev article sets); the in-process engines ban them."""
+    return has_cjk(piece.decode("utf-8", errors="ignore")) or (0 < len(piece) <= 2 and 0xE4 <= piece[0] <= 0xE9)
 
 
 @dataclass

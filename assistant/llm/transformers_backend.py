@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assistant.llm.base import ChatModel, Message, ModelError, Usage
+from assistant.llm.base import ChatModel, Message, ModelError, Usage, writes_han
 
 INSTALL_HINT = "pip install '.[torch]'  (i.e. pip install torch==2.13.0 transformers accelerate gguf)"
 
@@ -52,6 +52,7 @@ class TransformersChatModel(ChatModel):
             raise ModelError(f"transformers could not load {self.path}: {exc}") from exc
         self.model.eval()
         self.load_s = time.perf_counter() - started
+        self._han_ids: list[int] | None = None  # _han_tokens(), read once
 
     def _source(self) -> tuple[str, dict[str, str]]:
         """(folder, extra from_pretrained arguments): a GGUF file is named inside its folder."""
@@ -76,9 +77,19 @@ class TransformersChatModel(ChatModel):
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         inputs = self.tokenizer(text, return_tensors="pt", add_special_tokens=False)
         with self._lock:
-            yield from self._generate(inputs, max_tokens, temperature, list(stop or []))
+            banned = self._han_tokens() if language == "en" else []
+            yield from self._generate(inputs, max_tokens, temperature, list(stop or []), banned)
 
-    def _generate(self, inputs: Any, max_tokens: int, temperature: float, stop: list[str]) -> Iterator[str]:
+    def _han_tokens(self) -> list[int]:
+        """Ids of the vocabulary's tokens that write or begin a Han character (`base.writes_han`), read from the
+        vocabulary once per engine: what an English answer never samples, as with the llama.cpp engine."""
+        if self._han_ids is None:
+            vocab = self.tokenizer.get_vocab()
+            self._han_ids = sorted(i for token, i in vocab.items() if writes_han(_token_bytes(token)))
+        return self._han_ids
+
+    def _generate(self, inputs: Any, max_tokens: int, temperature: float, stop: list[str],
+                  banned: list[int]) -> Iterator[str]:
         tf = self._transformers
         streamer = tf.TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
         cancel = threading.Event()
@@ -90,6 +101,8 @@ class TransformersChatModel(ChatModel):
             kwargs["temperature"] = temperature
         if stop:
             kwargs.update(stop_strings=stop, tokenizer=self.tokenizer)
+        if banned:
+            kwargs["suppress_tokens"] = banned
         worker = threading.Thread(target=self._run, args=(kwargs, streamer, result), daemon=True)
         started = time.perf_counter()
         first: float | None = None
@@ -127,6 +140,24 @@ class TransformersChatModel(ChatModel):
         with self._lock:
             self.model = None
             self.tokenizer = None
+
+
+def _byte_of() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's, which Qwen's tokenizer uses): the printable bytes stand for themselves,
+    the other 68 for the code points from U+0100 on, in byte order."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [b for b in range(256) if b not in kept]
+    return {**{chr(b): b for b in kept}, **{chr(256 + k): b for k, b in enumerate(shifted)}}
+
+
+_BYTE_OF = _byte_of()
+
+
+def _token_bytes(token: str) -> bytes:
+    """The bytes a byte-level vocabulary entry writes (an added token, such as "<|im_start|>", as its UTF-8)."""
+    if all(c in _BYTE_OF for c in token):
+        return bytes(_BYTE_OF[c] for c in token)
+    return token.encode("utf-8")
 
 
 def _cut_at_stop(pieces: Iterator[str], stop: list[str]) -> Iterator[str]:
