@@ -167,6 +167,12 @@ _SENT_END = re.compile(
 )
 
 
+def table_cells(row: str) -> list[str]:
+    """The cells of a markdown table row ("| JAX | Google | ... |" -> ["JAX", "Google", "..."]): the chunker packs
+    rows under their header by them, and the citation check reads a row's first cell as its subject."""
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
 def split_sentences(text: str) -> list[str]:
     """Split text into sentences, keeping each sentence's own citation markers with it (answers and passages)."""
     out: list[str] = []

@@ -28,7 +28,7 @@ from ..embed import Embedder
 from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
-from ..text import HAN, cjk_count, resolve_pronoun, split_sentences, starts_with_pronoun, tokenize
+from ..text import HAN, cjk_count, resolve_pronoun, split_sentences, starts_with_pronoun, table_cells, tokenize
 from ..types import SNIPPET_MAX, Citation, Numbering
 from .prompt import Source, echoes_instructions
 
@@ -170,7 +170,7 @@ def sentence_frameworks(text: str, sentences: list[str]) -> list[set[str]]:
             line_end = text.find("\n", end - 1)
             row = text[text.rfind("\n", 0, end - 1) + 1 : line_end if line_end >= 0 else len(text)].strip()
             if row.startswith("|"):  # the line the sentence ends on
-                names |= set(find_frameworks(row.strip("|").split("|", 1)[0]))
+                names |= set(find_frameworks(table_cells(row)[0]))
         out.append(names)
     return out
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from assistant.frameworks import find_frameworks
 from assistant.lang import detect_language
-from assistant.text import cjk_count, estimate_tokens, sentence_ends
+from assistant.text import cjk_count, estimate_tokens, sentence_ends, table_cells
 from assistant.types import Chunk, Document, Section
 
 from .sections import line_numbers
@@ -200,14 +200,10 @@ def _table_units(block: _Block, index: int, max_tokens: int, count: TokenCounter
     return units
 
 
-def _cells(row: str) -> list[str]:
-    return [c.strip() for c in row.strip().strip("|").split("|")]
-
-
 def _wide_row(header: str, row: str, max_tokens: int, count: TokenCounter) -> list[str]:
     """A row that cannot fit with its header: split it between cells (never inside one), each piece
     a small table of the row's first cell (its key) plus some columns, under their own headers."""
-    heads, cells = _cells(header), _cells(row)
+    heads, cells = table_cells(header), table_cells(row)
     heads += [""] * (len(cells) - len(heads))
 
     def table(cols: list[int]) -> str:
