@@ -18,12 +18,13 @@ from assistant.answer.citations import (
     code_spans,
     parse_markers,
     quoted_answer,
+    repeats_instructions,
     sentence_frameworks,
     specific_terms,
     split_lead_in,
 )
 from assistant.answer.evidence import best_sentence, select_evidence
-from assistant.answer.prompt import SYSTEM_PROMPT, Source, echoes_instructions
+from assistant.answer.prompt import SYSTEM_PROMPT, Source
 from assistant.embed import create_embedder
 from assistant.lang import detect_language
 from assistant.text import cjk_count, resolve_pronoun, split_sentences
@@ -213,8 +214,8 @@ def test_a_sentence_that_repeats_the_prompts_instructions_is_removed() -> None:
                             "production ML pipeline platform [1].", src)
     assert checked.removed_sentences == ["The reference passages most related to the question:"]
     assert checked.text.startswith("TensorFlow Extended (TFX) is") and "question" not in checked.text
-    assert echoes_instructions("参考文档中与问题最相关的段落是：") and echoes_instructions("The question asks for several items.")
-    assert not echoes_instructions("The article's criteria are the team, the project stage and the hardware.")
+    assert repeats_instructions("参考文档中与问题最相关的段落是：") and repeats_instructions("The question asks for several items.")
+    assert not repeats_instructions("The article's criteria are the team, the project stage and the hardware.")
 
 
 def test_a_claim_about_a_framework_the_passage_never_names_is_unsupported() -> None:

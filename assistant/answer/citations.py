@@ -30,7 +30,7 @@ from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import HAN, cjk_count, resolve_pronoun, split_sentences, starts_with_pronoun, table_cells, tokenize
 from ..types import SNIPPET_MAX, Citation, Numbering
-from .prompt import Source, echoes_instructions
+from .prompt import INSTRUCTION_LINES, Source
 
 # "[1], [2]": the commas go too. At most 6 digits a number: a longer one is no source number, and int() refuses
 # more than 4,300 digits (a ValueError out of the check)
@@ -308,7 +308,7 @@ class CitationChecker:
                     out_sents.append(text)
                 continue
             result.factual_sentences += 1
-            if restates_user(text, user_text) or echoes_instructions(text):
+            if restates_user(text, user_text) or repeats_instructions(text):
                 result.removed_sentences.append(text)
                 continue
             pronoun = starts_with_pronoun(text)
@@ -425,8 +425,14 @@ QUOTE_LEAD = {
 }
 
 
-# a sentence whose every content term is the user's own (at least 4 of them) only echoes the question
+# a sentence whose every content term is another text's (at least 4 of them) only echoes that text
 ECHO_MIN_TERMS = 4
+
+
+def echoes(sentence: str, terms: set[str]) -> bool:
+    """Whether every content term of `sentence` (at least ECHO_MIN_TERMS) is among `terms`: it says nothing but them."""
+    own = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii() or t.isdigit()}  # "2" is a fact
+    return len(own) >= ECHO_MIN_TERMS and own <= terms
 
 
 def restates_user(sentence: str, user_text: str) -> bool:
@@ -435,8 +441,16 @@ def restates_user(sentence: str, user_text: str) -> bool:
         return False
     if USER_SITUATION.search(sentence.strip()):
         return True
-    terms = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii() or t.isdigit()}  # "2" is a fact
-    return len(terms) >= ECHO_MIN_TERMS and terms <= set(tokenize(user_text))
+    return echoes(sentence, set(tokenize(user_text)))
+
+
+_INSTRUCTION_TERMS = [set(tokenize(line)) for line in INSTRUCTION_LINES]
+
+
+def repeats_instructions(sentence: str) -> bool:
+    """Whether `sentence` echoes one of the prompt's instruction lines (`prompt.INSTRUCTION_LINES`; "The reference
+    passages most related to the question: [11], [10]." copies the focus line): no claim of the sources."""
+    return any(echoes(sentence, line) for line in _INSTRUCTION_TERMS)
 
 
 def _resolved_pronouns(pieces: list[str]) -> dict[int, tuple[int, str]]:
@@ -450,7 +464,7 @@ def _resolved_pronouns(pieces: list[str]) -> dict[int, tuple[int, str]]:
             continue
         names = find_frameworks(pieces[before]) if before is not None else []
         said = resolve_pronoun(text, names[0]) if len(names) == 1 else None
-        if before is not None and said is not None:
+        if said is not None and before is not None:
             out[i] = (before, said)
         before = i
     return out

@@ -6,7 +6,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..text import tokenize
 from ..types import Hit
 
 SYSTEM_PROMPT = (
@@ -31,20 +30,11 @@ ANSWER_LAST = {"zh": "用简体中文回答。", "en": "Answer in English."}
 SEVERAL_HINT = {"zh": "问题问的是多项内容：来源中提到的每一项都要写出。",
                 "en": "The question asks for several items: give every one the sources name."}
 
-ECHO_MIN_TERMS = 3
-
-
-def echoes_instructions(sentence: str) -> bool:
-    """Whether an answer's sentence repeats one of the user turn's own instruction lines ("The reference passages
-    most related to the question: [11], [10]." copies the focus line) instead of saying what the sources say: every
-    word of it (at least ECHO_MIN_TERMS) is the line's. The criteria hint is not among them: it states the article's
-    criteria, which an answer may well say."""
-    terms = set(tokenize(sentence))
-    return len(terms) >= ECHO_MIN_TERMS and any(terms <= line for line in _INSTRUCTION_TERMS)
-
-
-_INSTRUCTION_TERMS = [set(tokenize(line.format(""))) for table in (ANSWER_IN, FOCUS, ANSWER_LAST, SEVERAL_HINT)
-                      for line in table.values()]
+# the user turn's own instruction lines, with nothing of the sources in them: an answer's sentence made of one of
+# them repeats the prompt ("The reference passages most related to the question: [11], [10]."), which the citation
+# check removes. Not the criteria hint: it states the article's criteria, which an answer may well say.
+INSTRUCTION_LINES = tuple(line.format("") for table in (ANSWER_IN, FOCUS, ANSWER_LAST, SEVERAL_HINT)
+                          for line in table.values())
 
 
 # An opening or closing fence tag in any case and spacing ("</sources>", "< / SOURCES >", "<sources id=x>").
