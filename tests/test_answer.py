@@ -153,6 +153,14 @@ def test_what_an_answer_already_said_is_not_said_again() -> None:
                             "change a few configurations in the DeepSpeed configuration json. No code changes are "
                             "needed. " + stage, src)
     assert offload.text.count("No code changes are needed") == 1 and "ZeRO stage 1" in offload.text
+    # a quote of two passage sentences whose first the answer already said shows only the second (a question kept
+    # out of the sets, on Colossal-AI's Gemini, showed the note's first sentence twice)
+    note = _source(1, "Colossal-AI 适合在有限 GPU 上训练或微调较大的模型，Gemini 的异构内存管理可以借助 CPU 内存扩展可训练规模。"
+                      "Colossal-AI 适合用 Hybrid Parallel 插件对 Shardformer 支持的 Hugging Face 模型做张量、流水线和数据并行混合训练。")
+    gemini = checker.check("Colossal-AI 的 Gemini 是一个用于在有限 GPU 上训练或微调较大的模型的框架 [1]。它利用 CPU 内存扩展可训练"
+                           "规模，并且支持 Hybrid Parallel 插件对 Shardformer 支持的 Hugging Face 模型做张量、流水线和数据并行混合训练 [1]。",
+                           [note])
+    assert gemini.text.count("异构内存管理") == 1 and "Hybrid Parallel" in gemini.text, gemini.text
 
 
 def test_a_label_whose_claim_was_removed_goes_when_nothing_follows_it() -> None:

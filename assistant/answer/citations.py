@@ -365,6 +365,11 @@ class CitationChecker:
             said = _bare(quote or text)
             if said and said in spoken:
                 continue
+            if quote and not _LABEL.match(quote):  # a quote of two passage sentences says only what is new
+                fresh = [x for x in split_sentences(quote) if _bare(x) not in spoken]
+                if not fresh:
+                    continue
+                quote = " ".join(fresh)
             if quote:
                 result.quoted_sentences.append((text, quote))
                 text, keep = quote, [top]
