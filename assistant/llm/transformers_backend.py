@@ -84,8 +84,11 @@ class TransformersChatModel(ChatModel):
         """Ids of the vocabulary's tokens that write or begin a Han character (`base.writes_han`), read from the
         vocabulary once per engine: what an English answer never samples, as with the llama.cpp engine."""
         if self._han_ids is None:
+            from transformers.convert_slow_tokenizer import bytes_to_unicode  # byte-level BPE's (GPT-2's) alphabet
+
+            byte_of = {c: b for b, c in bytes_to_unicode().items()}
             vocab = self.tokenizer.get_vocab()
-            self._han_ids = sorted(i for token, i in vocab.items() if writes_han(_token_bytes(token)))
+            self._han_ids = sorted(i for token, i in vocab.items() if writes_han(_token_bytes(token, byte_of)))
         return self._han_ids
 
     def _generate(self, inputs: Any, max_tokens: int, temperature: float, stop: list[str],
@@ -142,21 +145,11 @@ class TransformersChatModel(ChatModel):
             self.tokenizer = None
 
 
-def _byte_of() -> dict[str, int]:
-    """Byte-level BPE's alphabet (GPT-2's, which Qwen's tokenizer uses): the printable bytes stand for themselves,
-    the other 68 for the code points from U+0100 on, in byte order."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    shifted = [b for b in range(256) if b not in kept]
-    return {**{chr(b): b for b in kept}, **{chr(256 + k): b for k, b in enumerate(shifted)}}
-
-
-_BYTE_OF = _byte_of()
-
-
-def _token_bytes(token: str) -> bytes:
-    """The bytes a byte-level vocabulary entry writes (an added token, such as "<|im_start|>", as its UTF-8)."""
-    if all(c in _BYTE_OF for c in token):
-        return bytes(_BYTE_OF[c] for c in token)
+def _token_bytes(token: str, byte_of: dict[str, int]) -> bytes:
+    """The bytes a byte-level vocabulary entry writes (`byte_of`: the alphabet's character -> byte); an added token
+    ("<|im_start|>") as its UTF-8."""
+    if all(c in byte_of for c in token):
+        return bytes(byte_of[c] for c in token)
     return token.encode("utf-8")
 
 
