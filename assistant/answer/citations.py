@@ -264,9 +264,10 @@ class CitationChecker:
             start += len(ss)
         return support, src_sents
 
-    def check(self, answer: str, sources: list[Source], user_text: str = "") -> CheckedAnswer:
+    def check(self, answer: str, sources: list[Source], user_text: str = "", question: str = "") -> CheckedAnswer:
         """`user_text`: what the user wrote (the question, with earlier turns); a sentence that restates it or
-        describes the user's situation is not a claim any passage can support, and is removed even when cited."""
+        describes the user's situation is not a claim any passage can support, and is removed even when cited.
+        `question`: what the answer answers; an answer of a word or two ("47%。") is checked said with it."""
         valid = {s.n for s in sources}
         by_n = {s.n: (j, s) for j, s in enumerate(sources)}
         raw: list[str] = []
@@ -283,12 +284,17 @@ class CitationChecker:
         plain = [p[0] for p in parsed]
         # a piece whose subject is a bare pronoun is also scored said with the framework the piece before names
         resolved = _resolved_pronouns(plain)  # piece -> (the piece before, the piece said so)
-        rows = {i: len(plain) + k for k, i in enumerate(resolved)}  # the said-so piece's row
+        bare = _bare_answers(plain, question)  # piece -> the question with it, read instead of the piece
+        said_so = {**{i: said for i, (_, said) in resolved.items()}, **bare}
+        rows = {i: len(plain) + k for k, i in enumerate(said_so)}  # the said-so piece's row
         groups = sibling_groups(sources)
         # the sections' outlines are scored beside the passages, in one pass (each sentence embedded once)
-        support, src_sents = self.support_matrix(plain + [said for _, said in resolved.values()],
+        asked = [question] if bare else []  # the question alone, which a bare answer must add to
+        support, src_sents = self.support_matrix(plain + list(said_so.values()) + asked,
                                                  sources + [outline_source(sources, g) for g in groups],
-                                                 subjects + [set() for _ in resolved])
+                                                 subjects + [set() for _ in said_so] + [set() for _ in asked])
+        for i in bare:  # the question alone may be close to a passage: the answer counts only where it agrees more
+            support[rows[i]] = np.where(support[rows[i]] > support[-1], support[rows[i]], 0.0)
         outline: np.ndarray | None = support[:, len(sources):] if groups else None
         support, src_sents = support[:, : len(sources)], src_sents[: len(sources)]
         out_sents: list[str] = []
@@ -302,7 +308,7 @@ class CitationChecker:
             result.dropped_numbers.extend(n for n in nums if n not in valid)
             nums = [n for n in dict.fromkeys(nums) if n in valid]
             placed.append(len(out_sents))  # piece i's sentence, if it is kept, is out_sents[placed[i]]
-            if not is_factual(text):
+            if not is_factual(text) and i not in bare:
                 if re.search(r"\w", text):  # drop debris such as a lone "." left by the model
                     debris.add(len(out_sents))
                     out_sents.append(text)
@@ -313,7 +319,9 @@ class CitationChecker:
                 continue
             pronoun = starts_with_pronoun(text)
             row = i  # the support matrix's row read for this piece
-            if i in resolved and resolved[i][0] in kept:
+            if i in bare:  # "Zero 1 和 Zero 2。" read as the question's answer, at the plain bar
+                row = rows[i]
+            elif i in resolved and resolved[i][0] in kept:
                 # its pronoun stands for the one framework of the kept piece before ("PaddlePaddle 由百度主导。它
                 # 推出了……"): a claim naming its subject, which the attribution rules check like any other
                 row, pronoun = rows[i], False
@@ -331,7 +339,8 @@ class CitationChecker:
                 if support[row, j] >= bar:
                     keep = [sources[j].n]
             # a sentence its section's outline supports better than any one passage lists the section's items
-            if outline is not None and not pronoun and float(outline[row].max()) > (best if keep else -1.0):
+            if (outline is not None and not pronoun and i not in bare
+                    and float(outline[row].max()) > (best if keep else -1.0)):
                 listed = _listed(text, outline[row], groups, sources, bar)
                 if listed:
                     result.supported_sentences += 1
@@ -472,6 +481,22 @@ def _resolved_pronouns(pieces: list[str]) -> dict[int, tuple[int, str]]:
         if said is not None and before is not None:
             out[i] = (before, said)
         before = i
+    return out
+
+
+def _bare_answers(pieces: list[str], question: str) -> dict[int, str]:
+    """When no piece of an answer is a sentence, each piece that still says something other than a framework's name
+    ("47%。", "Zero 1 和 Zero 2。", "Meta。") answers `question` in a word, a claim only with the question: (piece, the
+    question followed by it). A bare framework name is `pipeline.bare_name`'s (quoted instead, for want of a reason)."""
+    if not question or any(is_factual(p) for p in pieces):
+        return {}
+    out = {}
+    for i, text in enumerate(pieces):
+        rest = text
+        for name in find_frameworks(text):
+            rest = re.sub(re.escape(name), " ", rest, flags=re.IGNORECASE)
+        if re.search(r"[^\W_]", _ENUMERATOR.sub(" ", rest)):
+            out[i] = f"{question} {text}"
     return out
 
 

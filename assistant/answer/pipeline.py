@@ -161,7 +161,7 @@ def check(raw: str, question: str, sources: list[Source], config: PipelineConfig
     words): sentences that restate it are no claims. The kept citations are numbered [1].. in the order the answer
     first cites them."""
     checker = CitationChecker(embedder, config.support_threshold)
-    checked = checker.check(raw, pinned.numbered() + sources, user_text=user_text or question)
+    checked = checker.check(raw, pinned.numbered() + sources, user_text=user_text or question, question=question)
     diagnostics: dict[str, Any] = {
         "factual_sentences": checked.factual_sentences, "supported_sentences": checked.supported_sentences,
         "dropped_numbers": checked.dropped_numbers, "removed_sentences": checked.removed_sentences,
