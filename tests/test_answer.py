@@ -229,6 +229,14 @@ def test_an_answer_of_a_word_is_checked_with_its_question() -> None:
     wrong = checker.check("Zero 3。[1]", src, question=question)
     assert wrong.text == "" and wrong.removed_sentences == ["Zero 3。"]
     assert checker.check("Zero 3。", src).text == "Zero 3。"  # without its question a word claims nothing
+    # a wrong name can read as close as the bar with the question; it never reads closer than the question alone
+    table = [_source(1, "| 框架名称 | 主导方 | 核心特点 |\n|---|---|---|\n| PyTorch | Meta (Facebook) | 以动态图起家，学术研究的主流。 |"
+                        "\n| TensorFlow | Google | 静态图起家，生产部署体系成熟。 |"),
+             _source(2, "PaddlePaddle（飞桨）由百度主导，国产全栈方案。")]
+    asked = "Which company leads TensorFlow?"
+    assert checker.check("Google.[1]", table, question=asked).text == "Google.[1]"
+    assert checker.support_matrix([f"{asked} Baidu."], table)[0][0, 0] > checker.threshold
+    assert checker.check("Baidu.[1]", table, question=asked).text == ""
     # a sentence in the answer makes the rest of it no bare answer
     assert checker.check("Colossal-AI 的 Low Level Zero 插件支持 Zero 1 和 Zero 2 [1]。", src, question=question).citations
 
