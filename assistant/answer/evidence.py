@@ -113,20 +113,39 @@ def _terms(text: str) -> set[str]:
     return {t for t in tokenize(text) if len(t) > 1 or not t.isascii() or t.isdigit()}
 
 
-def _weighted_terms(question: str) -> dict[str, float]:
-    """The question's own words (1), a number it asks about (2: "stage 3" is not "stage 1"), and the
-    cross-language terms it expands to (0.5: they bridge zh and en, but an alias such as ZeRO ->
-    optimizer-state sharding must not outweigh what the question actually says)."""
-    own = _terms(question)
-    weights = {t: 0.5 for term in expand_terms(question) for t in _terms(term)}
-    weights.update({t: 2.0 if t.isdigit() else 1.0 for t in own})
-    return weights
+def _weighted_terms(question: str) -> dict[str, tuple[str, float]]:
+    """Each term a sentence may share with the question: (the question's word it belongs to, its weight). The
+    question's own words weigh 1, a number it asks about 2 ("stage 3" is not "stage 1"), and the cross-language terms
+    it expands to 0.5 (they bridge zh and en, but an alias such as ZeRO -> optimizer-state sharding must not outweigh
+    what the question actually says). A word written with dots, hyphens or underscores is one word with its parts
+    ("Megatron-LM": megatron-lm, megatron, lm): a sentence naming it shares it once, not three times."""
+    out = {t: (t, 0.5) for term in expand_terms(question) for t in _terms(term)}
+    out.update({t: (t, 2.0 if t.isdigit() else 1.0) for t in _terms(question)})
+    for word in [t for t in out if re.search(r"[._\-]", t)]:
+        for part in re.split(r"[._\-]", word):
+            if part in out and part != word and out[part][0] == part:
+                out[part] = (word, out[part][1])
+    return out
 
 
-def _scores(question: str, q_terms: dict[str, float], sents: list[str], embedder: Embedder | None) -> list[float]:
-    """Meaning (cosine, when an embedder is given) plus the weighted share of the question's terms a sentence has."""
-    norm = max(1.0, min(sum(q_terms.values()), 6.0))
-    overlap = [sum(q_terms[t] for t in _terms(s) if t in q_terms) / norm for s in sents]
+def _scores(question: str, q_terms: dict[str, tuple[str, float]], sents: list[str],
+            embedder: Embedder | None) -> list[float]:
+    """Meaning (cosine, when an embedder is given) plus the weighted share of the question's words a sentence has
+    (a word counts once, with the best weight among its terms the sentence has)."""
+    weight: dict[str, float] = {}
+    for word, w in q_terms.values():
+        weight[word] = max(weight.get(word, 0.0), w)
+    norm = max(1.0, min(sum(weight.values()), 6.0))
+
+    def shared(sentence: str) -> float:
+        got: dict[str, float] = {}
+        for t in _terms(sentence):
+            if t in q_terms:
+                word, w = q_terms[t]
+                got[word] = max(got.get(word, 0.0), w)
+        return sum(got.values())
+
+    overlap = [shared(s) / norm for s in sents]
     if embedder is None or not sents:
         return overlap
     q = np.asarray(embedder.query(question), dtype=np.float32)
