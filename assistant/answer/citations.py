@@ -82,6 +82,19 @@ class CheckedAnswer:
     supported_sentences: int = 0
 
 
+@dataclass(frozen=True)
+class Support:
+    """How the passages support the sentences: `scores[i, j]` of sentence i by source j; `sentences[j]`, source j's
+    sentences; `best[i, j]`, which of them a citation of source j for sentence i shows (its snippet: the closest
+    one that also names the sentence's specific terms); `unturned[i, j]`, the score without the polarity penalty (a
+    near-copy turned round is still quoted in the passage's words)."""
+
+    scores: np.ndarray
+    sentences: list[list[str]]
+    best: np.ndarray
+    unturned: np.ndarray
+
+
 def parse_markers(sentence: str) -> tuple[str, list[int]]:
     """The sentence without its [n] markers, and the numbers in order of appearance."""
     nums: list[int] = []
@@ -186,15 +199,22 @@ class CitationChecker:
 
     def support_matrix(self, sentences: list[str], sources: list[Source],
                        subjects: list[set[str]] | None = None) -> tuple[np.ndarray, list[list[str]]]:
-        """support[i, j] of sentence i by source j, and each source's sentences (for snippets). subjects[i]: the
-        frameworks a label before sentence i made its subject ("PaddlePaddle: <sentence>")."""
+        """support[i, j] of sentence i by source j, and each source's sentences (`support`'s scores and
+        sentences)."""
+        found = self.support(sentences, sources, subjects)
+        return found.scores, found.sentences
+
+    def support(self, sentences: list[str], sources: list[Source], subjects: list[set[str]] | None = None) -> Support:
+        """How each source supports each sentence. subjects[i]: the frameworks a label before sentence i made its
+        subject ("PaddlePaddle: <sentence>")."""
         # checked against the whole passage a citation opens (what the user will read), not only the trimmed
         # evidence the model saw
         texts = [s.hit.chunk.text for s in sources]
         src_sents = [split_sentences(t) or [t] for t in texts]
         flat = [x for ss in src_sents for x in ss]
+        shape = (len(sentences), len(sources))
         if not sentences or not flat:
-            return np.zeros((len(sentences), len(sources))), src_sents
+            return Support(np.zeros(shape), src_sents, np.zeros(shape, dtype=int), np.zeros(shape))
         vecs = self.embedder.passages(sentences + flat)
         sv, pv = vecs[: len(sentences)], vecs[len(sentences):]
         cos = sv @ pv.T
@@ -219,7 +239,7 @@ class CitationChecker:
         passage_fws = [f | set(find_frameworks(t)) for f, t in zip(fws, texts, strict=True)]  # once per source
         penalty = np.array([[missing_share(st, t, f) for f, t in zip(passage_fws, texts, strict=True)]
                             for st in specific])
-        self._best_sent = np.zeros((len(sentences), len(sources)), dtype=int)
+        best = np.zeros(shape, dtype=int)
         start = 0
         # the snippet shown for a citation is the passage sentence that matches best and also names the
         # sentence's specific terms (stage 2, torch.compile), not merely the most similar one
@@ -230,11 +250,11 @@ class CitationChecker:
         other = np.array([[bool(cf and sf and not cf & sf) for sf in sent_fws] for cf in claim_fws], dtype=bool)
         pair = pair - ATTRIBUTION_PENALTY * other
         # polarity: a negated claim against a passage sentence that negates nothing ("TensorFlow lacks a rich model
-        # library" beside "a rich model library ... decides"); a near-copy turned round is still quoted (`_unturned`)
+        # library" beside "a rich model library ... decides"); a near-copy turned round is still quoted (`Support.unturned`)
         negated = np.array([NEGATION.search(x) for x in sentences], dtype=bool)
         plain_flat = np.array([not NEGATION.search(x) for x in flat], dtype=bool)
         turned = POLARITY_PENALTY * (negated[:, None] & plain_flat[None, :])
-        self._unturned = np.zeros((len(sentences), len(sources)))
+        unturned = np.zeros(shape)
         own_terms = [{t for t in tokenize(x) if len(t) > 1 or not t.isascii()} for x in sentences]
         for j, ss in enumerate(src_sents):
             block = pair[:, start : start + len(ss)]
@@ -258,11 +278,11 @@ class CitationChecker:
             penalties = (SPECIFIC_PENALTY * penalty[:, j] + SPLICE_PENALTY * spliced + ELSEWHERE_PENALTY * elsewhere
                          + CODE_PENALTY * no_code)
             support[:, j] = (block - turned[:, start : start + len(ss)]).max(axis=1) - penalties
-            self._unturned[:, j] = block.max(axis=1) - penalties
+            unturned[:, j] = block.max(axis=1) - penalties
             local = np.array([[missing_share(st, x, fws[j] | set(find_frameworks(x))) for x in ss] for st in specific])
-            self._best_sent[:, j] = (block - 0.2 * local).argmax(axis=1)
+            best[:, j] = (block - 0.2 * local).argmax(axis=1)
             start += len(ss)
-        return support, src_sents
+        return Support(support, src_sents, best, unturned)
 
     def check(self, answer: str, sources: list[Source], user_text: str = "", question: str = "") -> CheckedAnswer:
         """`user_text`: what the user wrote (the question, with earlier turns); a sentence that restates it or
@@ -290,9 +310,10 @@ class CitationChecker:
         groups = sibling_groups(sources)
         # the sections' outlines are scored beside the passages, in one pass (each sentence embedded once)
         asked = [question] if bare else []  # the question alone, which a bare answer must add to
-        support, src_sents = self.support_matrix(plain + list(said_so.values()) + asked,
-                                                 sources + [outline_source(sources, g) for g in groups],
-                                                 subjects + [set() for _ in said_so] + [set() for _ in asked])
+        found = self.support(plain + list(said_so.values()) + asked,
+                             sources + [outline_source(sources, g) for g in groups],
+                             subjects + [set() for _ in said_so] + [set() for _ in asked])
+        support, src_sents = found.scores, found.sentences
         for i in bare:  # the question alone may be close to a passage: the answer counts only where it agrees more
             support[rows[i]] = np.where(support[rows[i]] > support[-1], support[rows[i]], 0.0)
         outline: np.ndarray | None = support[:, len(sources):] if groups else None
@@ -363,10 +384,10 @@ class CitationChecker:
                 text = _neutral_attribution(text)
             top = max(keep, key=lambda n: support[row, by_n[n][0]])
             j = by_n[top][0]
-            snippet = _snippet(text, src_sents[j], int(self._best_sent[row, j]))  # one or two passage sentences
+            snippet = _snippet(text, src_sents[j], int(found.best[row, j]))  # one or two passage sentences
             chunk = by_n[top][1].hit.chunk
             # a near-copy is shown in the passage's words even when the claim turned them round
-            quote = self._quote(text, snippet, float(self._unturned[row, j]), set(chunk.frameworks), chunk.is_article)
+            quote = self._quote(text, snippet, float(found.unturned[row, j]), set(chunk.frameworks), chunk.is_article)
             # already said: the model repeated itself, two sentences copied the same passage sentence, or a quote of
             # two passage sentences holds this claim too ("... configuration json*. No code changes are needed.")
             spoken += _bare("".join(out_sents[heard:]))  # what was added since the last sentence's turn
@@ -386,7 +407,7 @@ class CitationChecker:
                 j, src = by_n[n]
                 score = float(support[row, j])
                 if n not in used or used[n].support < score:
-                    shown = quote or (snippet if n == top else _snippet(text, src_sents[j], int(self._best_sent[row, j])))
+                    shown = quote or (snippet if n == top else _snippet(text, src_sents[j], int(found.best[row, j])))
                     used[n] = citation_record(src, shown, score)
             marks = "".join(f"[{n}]" for n in keep)
             out_sents.append(text[:-1] + marks + text[-1] if text[-1:] in ":：" else text + marks)
