@@ -81,6 +81,19 @@ def find_frameworks(text: str) -> list[str]:
     return sorted(found, key=found.__getitem__)
 
 
+def names_only(text: str) -> bool:
+    """Whether `text` says nothing but frameworks' names ("PyTorch。", "JAX and PyTorch.", "飞桨。"), citation marks
+    aside."""
+    names = find_frameworks(text)
+    if not names:
+        return False
+    rest = text.lower()
+    for name in names:
+        rest = rest.replace(name.lower(), " ")
+    rest = re.sub(r"\[\d+\]|\b(?:and|or)\b|[和或与、+/\s\W]", "", rest)
+    return len(rest) <= 2  # an alias left over ("飞桨。")
+
+
 def framework_counts(text: str) -> dict[str, int]:
     """How often each framework is mentioned (used to tag chunks and documents)."""
     low = text.lower()

@@ -237,6 +237,8 @@ def test_an_answer_of_a_word_is_checked_with_its_question() -> None:
     assert checker.check("Google.[1]", table, question=asked).text == "Google.[1]"
     assert checker.support_matrix([f"{asked} Baidu."], table)[0][0, 0] > checker.threshold
     assert checker.check("Baidu.[1]", table, question=asked).text == ""
+    # a framework's name alone is no word answer: pipeline.bare_name quotes instead, for want of a reason
+    assert checker.check("飞桨。[1]", table, question="哪个框架由百度主导？").factual_sentences == 0
     # a sentence in the answer makes the rest of it no bare answer
     assert checker.check("Colossal-AI 的 Low Level Zero 插件支持 Zero 1 和 Zero 2 [1]。", src, question=question).citations
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..embed import Embedder
-from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks
+from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks, names_only
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import HAN, cjk_count, resolve_pronoun, split_sentences, starts_with_pronoun, table_cells, tokenize
@@ -511,14 +511,8 @@ def _bare_answers(pieces: list[str], question: str) -> dict[int, str]:
     question followed by it). A bare framework name is `pipeline.bare_name`'s (quoted instead, for want of a reason)."""
     if not question or any(is_factual(p) for p in pieces):
         return {}
-    out = {}
-    for i, text in enumerate(pieces):
-        rest = text
-        for name in find_frameworks(text):
-            rest = re.sub(re.escape(name), " ", rest, flags=re.IGNORECASE)
-        if re.search(r"[^\W_]", _ENUMERATOR.sub(" ", rest)):
-            out[i] = f"{question} {text}"
-    return out
+    return {i: f"{question} {text}" for i, text in enumerate(pieces)
+            if not names_only(text) and re.search(r"[^\W_]", _ENUMERATOR.sub(" ", text))}
 
 
 def quoted_answer(src: Source, sentence: str, lang: str) -> tuple[str, Citation]:

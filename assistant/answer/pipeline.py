@@ -13,14 +13,13 @@ holds no state of its own. Benchmarks replay the same functions, so what they me
 """
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..embed import Embedder
-from ..frameworks import find_frameworks
+from ..frameworks import names_only
 from ..llm.base import ChatModel, Message
 from ..types import Citation, Hit
 from .citations import CitationChecker, quoted_answer, renumber
@@ -181,14 +180,7 @@ def check(raw: str, question: str, sources: list[Source], config: PipelineConfig
 def bare_name(text: str, citations: list[Citation]) -> bool:
     """An answer that is only a framework's name (or two), uncited: "PyTorch。", "JAX and PyTorch." A fact answer
     that names a framework to use carries its reason and citation; the check quotes the closest passage instead."""
-    names = find_frameworks(text)
-    if citations or not names:
-        return False
-    rest = text.lower()
-    for name in names:
-        rest = rest.replace(name.lower(), " ")
-    rest = re.sub(r"\[\d+\]|\b(?:and|or)\b|[和或与、+/\s\W]", "", rest)
-    return len(rest) <= 2  # an alias left over ("飞桨。")
+    return not citations and names_only(text)
 
 
 def refused(decision: Decision, lang: str) -> Result:
