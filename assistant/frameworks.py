@@ -94,6 +94,27 @@ def names_only(text: str) -> bool:
     return len(rest) <= 2  # an alias left over ("飞桨。")
 
 
+def said_of(text: str, names: list[str]) -> str | None:
+    """`text` with the one framework it names said as `names` instead ("Which company leads PaddlePaddle?", [TensorFlow]
+    -> "Which company leads TensorFlow?"), every mention of it; None when it names none, or several."""
+    named = find_frameworks(text)
+    if len(named) != 1 or not names:
+        return None
+    low = text.lower()
+    spans = sorted({m.span() for pat, name in _ALIAS_PATTERNS if name == named[0] for m in pat.finditer(low)})
+    kept: list[tuple[int, int]] = []
+    for a, b in spans:  # the longest alias where two overlap ("megatron-lm", not "megatron")
+        if kept and a < kept[-1][1]:
+            if b - a > kept[-1][1] - kept[-1][0]:
+                kept[-1] = (a, b)
+            continue
+        kept.append((a, b))
+    subject = (" 和 " if has_cjk(text) else " and ").join(names[:2])
+    for a, b in reversed(kept):
+        text = text[:a] + subject + text[b:]
+    return text
+
+
 def framework_counts(text: str) -> dict[str, int]:
     """How often each framework is mentioned (used to tag chunks and documents)."""
     low = text.lower()

@@ -31,7 +31,7 @@ from .advisor.intent import is_selection_question
 from .advisor.scenario import Scenario, parse_free_text, situation_from_turns
 from .answer.policy import Decision, RefusalThresholds, decide
 from .answer.selection import CANDIDATE_OF
-from .frameworks import find_frameworks
+from .frameworks import find_frameworks, names_only, said_of
 from .kinds import KindClassifier
 from .text import has_cjk
 from .types import Hit
@@ -85,7 +85,12 @@ def remembered(route: Route, recommended: list[str] | None = None) -> dict[str, 
 def standalone_question(question: str, previous: Turn | None, earlier_user_turns: list[str]) -> str:
     """A standalone question: a pronoun ("它的", "its") stands for the framework of the turn before (the one its
     selection answer recommended, else the ones its standalone question named, else an earlier user turn's), or,
-    without a pronoun, the question is prefixed with it. A question that names its own framework is left alone."""
+    without a pronoun, the question is prefixed with it. A question that names its own framework is left alone, but
+    for one that is only a framework's name: the question before, asked of that framework."""
+    if previous is not None and names_only(question):  # "And TensorFlow?", "飞桨呢？": the question before, of it
+        asked = said_of(previous.standalone, find_frameworks(question))
+        if asked is not None:
+            return asked
     if (previous is None and not earlier_user_turns) or find_frameworks(question):
         return question
     names = list(previous.recommended) if previous is not None else []

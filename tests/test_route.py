@@ -94,6 +94,21 @@ def test_the_follow_up_rewrite_reads_the_stored_turn_not_the_rendered_answer():
     assert standalone_question("它的完全分片数据并行叫什么？", old, [old.question]).startswith("PyTorch的")
 
 
+def test_a_follow_up_of_only_a_framework_asks_the_question_before_of_it():
+    """"Which company leads PaddlePaddle?" then "And TensorFlow?" (a session kept out of the sets) was searched as
+    "And TensorFlow?" and answered with TensorFlow's description; the question before is asked of the new framework,
+    every mention of the old one replaced (the longest alias where two overlap)."""
+    pd = Turn("Which company leads PaddlePaddle?", "Which company leads PaddlePaddle?", FACT)
+    assert standalone_question("And TensorFlow?", pd, [pd.question]) == "Which company leads TensorFlow?"
+    mg = Turn("Megatron-LM 在 H100 上 MFU 最高多少？Megatron 用了几块卡？", "Megatron-LM 在 H100 上 MFU 最高多少？Megatron 用了几块卡？")
+    assert standalone_question("那 DeepSpeed 呢？", mg, [mg.question]) == "DeepSpeed 在 H100 上 MFU 最高多少？DeepSpeed 用了几块卡？"
+    # the question before weighed two frameworks: which one to replace is unknown, the question stays as asked
+    both = Turn("PyTorch 和 JAX 哪个编译更快？", "PyTorch 和 JAX 哪个编译更快？")
+    assert standalone_question("TensorFlow 呢？", both, [both.question]) == "TensorFlow 呢？"
+    # a question with words of its own about the framework is its own question
+    assert standalone_question("How does TensorFlow do it?", pd, [pd.question]) == "How does TensorFlow do it?"
+
+
 def test_a_bare_framework_name_is_never_a_fact_answer(embedder):
     assert bare_name("PyTorch。", []) and bare_name("JAX and PyTorch.", [])
     assert not bare_name("PyTorch 的动态图便于调试。", []) and not bare_name("What is PyTorch?", [])
