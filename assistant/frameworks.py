@@ -94,6 +94,11 @@ def names_only(text: str) -> bool:
     return len(rest) <= 2  # an alias left over ("飞桨。")
 
 
+def spoken(names: list[str], text: str) -> str:
+    """The first two of `names` as one subject in `text`'s language ("PyTorch 和 JAX", "PyTorch and JAX")."""
+    return (" 和 " if has_cjk(text) else " and ").join(names[:2])
+
+
 def said_of(text: str, names: list[str]) -> str | None:
     """`text` with the one framework it names said as `names` instead ("Which company leads PaddlePaddle?", [TensorFlow]
     -> "Which company leads TensorFlow?"), every mention of it; None when it names none, or several."""
@@ -109,7 +114,7 @@ def said_of(text: str, names: list[str]) -> str | None:
                 kept[-1] = (a, b)
             continue
         kept.append((a, b))
-    subject = (" 和 " if has_cjk(text) else " and ").join(names[:2])
+    subject = spoken(names, text)
     for a, b in reversed(kept):
         text = text[:a] + subject + text[b:]
     return text

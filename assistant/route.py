@@ -31,9 +31,8 @@ from .advisor.intent import is_selection_question
 from .advisor.scenario import Scenario, parse_free_text, situation_from_turns
 from .answer.policy import Decision, RefusalThresholds, decide
 from .answer.selection import CANDIDATE_OF
-from .frameworks import find_frameworks, names_only, said_of
+from .frameworks import find_frameworks, names_only, said_of, spoken
 from .kinds import KindClassifier
-from .text import has_cjk
 from .types import Hit
 
 FACT, SELECTION, OUT_OF_SCOPE = "fact", "selection", "out_of_scope"
@@ -101,7 +100,7 @@ def standalone_question(question: str, previous: Turn | None, earlier_user_turns
             break
     if not names:
         return question
-    subject = " 和 ".join(names[:2]) if has_cjk(question) else " and ".join(names[:2])
+    subject = spoken(names, question)
     zh, en = lexicon.PRONOUN_ZH.compiled, lexicon.PRONOUN_EN.compiled
     if zh.search(question):
         return zh.sub(lambda m: subject + ("的" if m.group(0) in ("它的", "其") else ""), question, count=1)

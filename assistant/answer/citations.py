@@ -18,8 +18,10 @@ model's remaining errors keep a passage's words and shift their meaning, which n
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -464,7 +466,7 @@ QUOTE_LEAD = {
 ECHO_MIN_TERMS = 4
 
 
-def echoes(sentence: str, terms: set[str]) -> bool:
+def echoes(sentence: str, terms: AbstractSet[str]) -> bool:
     """Whether every content term of `sentence` (at least ECHO_MIN_TERMS) is among `terms`: it says nothing but them."""
     own = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii() or t.isdigit()}  # "2" is a fact
     return len(own) >= ECHO_MIN_TERMS and own <= terms
@@ -479,13 +481,16 @@ def restates_user(sentence: str, user_text: str) -> bool:
     return echoes(sentence, set(tokenize(user_text)))
 
 
-_INSTRUCTION_TERMS = [set(tokenize(line)) for line in INSTRUCTION_LINES]
+@functools.cache
+def _instruction_terms() -> tuple[frozenset[str], ...]:
+    """The instruction lines' terms, read on first use (tokenizing Chinese loads jieba's dictionary: not at import)."""
+    return tuple(frozenset(tokenize(line)) for line in INSTRUCTION_LINES)
 
 
 def repeats_instructions(sentence: str) -> bool:
     """Whether `sentence` echoes one of the prompt's instruction lines (`prompt.INSTRUCTION_LINES`; "The reference
     passages most related to the question: [11], [10]." copies the focus line): no claim of the sources."""
-    return any(echoes(sentence, line) for line in _INSTRUCTION_TERMS)
+    return any(echoes(sentence, line) for line in _instruction_terms())
 
 
 def _resolved_pronouns(pieces: list[str]) -> dict[int, tuple[int, str]]:
