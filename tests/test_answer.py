@@ -362,6 +362,18 @@ def test_a_hyphenated_name_is_one_word_of_the_question() -> None:
     assert "47%" in best_sentence(question, [a], emb)[1]
 
 
+def test_the_question_s_word_weights_do_not_depend_on_the_hash_seed() -> None:
+    """A part of two compound words ("offload" of ZeRO-Offload and offload_optimizer, dev fact-zh-09) went to
+    whichever a set iterated first, which differs with Python's string hash seed: the same question could get other
+    evidence in another process."""
+    code = ("from assistant.answer.evidence import _weighted_terms; print(sorted(_weighted_terms("
+            "'启用 DeepSpeed ZeRO-Offload 时，offload_optimizer 的 device 应设置成什么？').items()))")
+    seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    assert len(seen) == 1, seen
+    assert "('offload', ('zero-offload', 1.0))" in seen.pop()
+
+
 def test_a_list_or_comparison_question_gets_the_larger_budget_and_every_passage() -> None:
     """The short budget keeps a single fact's prompt short; a question asking for several things would lose all
     but the first items of a list spread over passages (issue 23's "cut by the evidence budget")."""

@@ -118,10 +118,15 @@ def _weighted_terms(question: str) -> dict[str, tuple[str, float]]:
     question's own words weigh 1, a number it asks about 2 ("stage 3" is not "stage 1"), and the cross-language terms
     it expands to 0.5 (they bridge zh and en, but an alias such as ZeRO -> optimizer-state sharding must not outweigh
     what the question actually says). A word written with dots, hyphens or underscores is one word with its parts
-    ("Megatron-LM": megatron-lm, megatron, lm): a sentence naming it shares it once, not three times."""
+    ("Megatron-LM": megatron-lm, megatron, lm): a sentence naming it shares it once, not three times. A part of two
+    such words is the first one's the question says ("ZeRO-Offload ... offload_optimizer": offload is ZeRO-Offload's),
+    so the weights do not depend on the order a set happens to iterate in."""
     out = {t: (t, 0.5) for term in expand_terms(question) for t in _terms(term)}
     out.update({t: (t, 2.0 if t.isdigit() else 1.0) for t in _terms(question)})
-    for word in [t for t in out if re.search(r"[._\-]", t)]:
+    said = question.lower()
+    compounds = sorted((t for t in out if re.search(r"[._\-]", t)),
+                       key=lambda t: (said.find(t) if t in said else len(said), t))
+    for word in compounds:
         for part in re.split(r"[._\-]", word):
             if part in out and part != word and out[part][0] == part:
                 out[part] = (word, out[part][1])
