@@ -33,6 +33,7 @@ from .answer.policy import Decision, RefusalThresholds, decide
 from .answer.selection import CANDIDATE_OF
 from .frameworks import find_frameworks, names_only, said_of, spoken
 from .kinds import KindClassifier
+from .text import said_as
 from .types import Hit
 
 FACT, SELECTION, OUT_OF_SCOPE = "fact", "selection", "out_of_scope"
@@ -103,9 +104,9 @@ def standalone_question(question: str, previous: Turn | None, earlier_user_turns
     subject = spoken(names, question)
     zh, en = lexicon.PRONOUN_ZH.compiled, lexicon.PRONOUN_EN.compiled
     if zh.search(question):
-        return zh.sub(lambda m: subject + ("的" if m.group(0) in ("它的", "其") else ""), question, count=1)
+        return zh.sub(lambda m: said_as(m.group(0), subject), question, count=1)
     if en.search(question):
-        return en.sub(lambda m: subject + ("'s" if m.group(0).lower() in ("its", "their") else ""), question, count=1)
+        return en.sub(lambda m: said_as(m.group(0), subject), question, count=1)
     return f"{subject}: {question}"
 
 

@@ -142,6 +142,11 @@ def tokenize(text: str) -> list[str]:
     return out
 
 
+def content_terms(text: str) -> set[str]:
+    """The search tokens that carry content: no single Latin letter, but a digit does ("stage 2" is not "stage 3")."""
+    return {t for t in tokenize(text) if len(t) > 1 or not t.isascii() or t.isdigit()}
+
+
 # ---- sentences ----------------------------------------------------------------------------------------------
 # Two splitters, on purpose: the chunker's cut points (sentence_ends) decide chunk boundaries and so every chunk
 # id of the index, while split_sentences decides which sentences of an answer carry which citation markers and
@@ -213,10 +218,16 @@ def resolve_pronoun(sentence: str, name: str) -> str | None:
     m = _BARE_PRONOUN.match(sentence)
     if not m:
         return None
-    said = m.group("zh") or m.group("en")
-    owner = said in ("它的", "其", "Its")
-    subject = name + ("'s" if said == "Its" else "的" if owner else "")
-    return m.group("lead") + subject + sentence[m.end():]
+    return m.group("lead") + said_as(m.group("zh") or m.group("en"), name) + sentence[m.end():]
+
+
+def said_as(pronoun: str, name: str) -> str:
+    """What `name` is said as in place of `pronoun`: "它的" / "其" -> "X的", "its" / "their" -> "X's", else "X"."""
+    if pronoun in ("它的", "其"):
+        return name + "的"
+    if pronoun.lower() in ("its", "their"):
+        return name + "'s"
+    return name
 
 
 def normalise(text: str) -> str:

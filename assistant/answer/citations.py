@@ -30,7 +30,16 @@ from ..embed import Embedder
 from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks, names_only
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
-from ..text import HAN, cjk_count, resolve_pronoun, split_sentences, starts_with_pronoun, table_cells, tokenize
+from ..text import (
+    HAN,
+    cjk_count,
+    content_terms,
+    resolve_pronoun,
+    split_sentences,
+    starts_with_pronoun,
+    table_cells,
+    tokenize,
+)
 from ..types import SNIPPET_MAX, Citation, Numbering
 from .prompt import INSTRUCTION_LINES, Source
 
@@ -468,7 +477,7 @@ ECHO_MIN_TERMS = 4
 
 def echoes(sentence: str, terms: AbstractSet[str]) -> bool:
     """Whether every content term of `sentence` (at least ECHO_MIN_TERMS) is among `terms`: it says nothing but them."""
-    own = {t for t in tokenize(sentence) if len(t) > 1 or not t.isascii() or t.isdigit()}  # "2" is a fact
+    own = content_terms(sentence)
     return len(own) >= ECHO_MIN_TERMS and own <= terms
 
 

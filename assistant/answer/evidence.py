@@ -19,7 +19,7 @@ import numpy as np
 
 from ..embed import Embedder
 from ..frameworks import expand_terms
-from ..text import normalise, split_sentences, starts_with_pronoun, tokenize
+from ..text import content_terms, normalise, split_sentences, starts_with_pronoun
 from ..types import Hit
 from .policy import addresses_the_model
 from .prompt import Source
@@ -110,7 +110,7 @@ def _terms(text: str) -> set[str]:
     """Words that count as shared with the question: no single Latin letters, but digits do count, and
     a Chinese ordinal is written as the digit the documents use (第三阶段 = 第 3 阶段 = stage 3)."""
     text = _ZH_ORDINAL.sub(lambda m: f"第 {_ZH_DIGIT[m.group(1)]} ", text)
-    return {t for t in tokenize(text) if len(t) > 1 or not t.isascii() or t.isdigit()}
+    return content_terms(text)
 
 
 def _weighted_terms(question: str) -> dict[str, tuple[str, float]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..advisor.advice import Advice, RankedCandidate, Reason, Situation
 from ..frameworks import find_frameworks
-from ..text import cjk_count, split_sentences, tokenize
+from ..text import cjk_count, content_terms, split_sentences
 from ..types import Chunk, Citation, Hit, Numbering
 from .citations import CitationChecker, citation_record, is_factual, parse_markers, renumber
 from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
@@ -253,11 +253,8 @@ _VERDICT = re.compile(r"\b(?:should|recommend\w*|choose|chosen|best|ideal|perfec
 
 def _content_terms(text: str) -> set[str]:
     """Content words, English plurals folded ("graphs" is "graph")."""
-    out = set()
-    for t in tokenize(text):
-        if len(t) > 1 or not t.isascii() or t.isdigit():
-            out.add(t[:-1] if t.isascii() and len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t)
-    return out
+    return {t[:-1] if t.isascii() and len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t
+            for t in content_terms(text)}
 
 
 def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tuple[str, list[str]]:
