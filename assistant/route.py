@@ -128,11 +128,29 @@ def kind_of(standalone: str, asked: str, lang: str, previous: Turn | None = None
         by = "wording"
     else:
         sel, by = False, "classifier"
+    if sel and asks_about_a_framework(standalone):
+        sel, by = False, "about a framework"
     if not sel and previous is not None and previous.kind == SELECTION and not find_frameworks(standalone):
         sc = parse_free_text(standalone)  # "what if we had TPUs?" after a recommendation: the situation changed
         if sc.hardware or sc.stage or sc.model_scale or sc.team_size or sc.known_frameworks or sc.goals:
             return SELECTION, "follow-up"
     return (SELECTION if sel else FACT), by
+
+
+def asks_about_a_framework(question: str) -> bool:
+    """The question asks about a framework it names, not which to use: it asks something, says nothing of the asker
+    (no "we", "我们", no situation the Advisor's parser reads: frameworks known, stage, hardware, scale, team, goals)
+    and asks neither what suits nor which of two ("Megatron-FSDP 兼容哪些框架或库？", "Which deep learning framework
+    does Megatron-LM require?"). The classifier reads "框架" / "framework" as a choice; the question's frameworks and
+    the asker's silence say otherwise."""
+    if not find_frameworks(question) or not lexicon.ASKS.search(question):
+        return False
+    if any(w.search(question) for w in (lexicon.SELF, lexicon.WHAT_TO_USE, lexicon.SUITS_ZH, lexicon.SUITS_EN,
+                                         lexicon.COMPARE)):
+        return False
+    sc = parse_free_text(question)
+    return not (sc.known_frameworks or sc.stage or sc.hardware or sc.model_scale or sc.data_scale or sc.team_size
+                or sc.accelerators or sc.org or sc.experience or sc.goals or sc.domain != "general")
 
 
 def compared_candidates(question: str) -> tuple[str, ...]:

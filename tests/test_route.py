@@ -71,6 +71,21 @@ def test_the_kind_where_the_classifier_is_unsure_or_absent():
     assert kind_of("Colossal-AI的中哪个适合超过 100 亿参数、千卡以下的集群？", asked, "zh", probability=0.9) == (FACT, "within")
 
 
+def test_a_question_about_a_named_framework_is_a_fact_whatever_the_classifier_says(embedder):
+    """Found with held-out questions (now dev): "Megatron-FSDP 兼容哪些框架或库？" scored P(selection) 0.81 and got the
+    Advisor's "推荐 PyTorch"; three more of 15 such fact questions crossed the line. A question that names a framework,
+    asks something and says nothing of the asker is about that framework; the asker's own words keep a choice."""
+    clf = kinds.classifier_for(embedder)
+    for q, lang in (("Megatron-FSDP 兼容哪些框架或库？", "zh"), ("DeepSpeed 可以和哪些框架或库一起用？", "zh"),
+                    ("Which deep learning framework does Megatron-LM require?", "en")):
+        assert kind_of(q, q, lang, probability=clf.selection_probability(embedder.query(q)))[0] == FACT, q
+        assert kind_of(q, q, lang, probability=0.9) == (FACT, "about a framework"), q
+    for q, lang in (("我们该用 JAX 吗？", "zh"), ("用 PaddlePaddle 做中文 NLP 合适吗？", "zh"),
+                    ("Is TensorFlow a good choice for us?", "en"), ("PyTorch or JAX for PDE solvers?", "en"),
+                    ("And the team is mostly PyTorch users.", "en")):  # dev parse-en-32: a situation, not a question
+        assert kind_of(q, q, lang, probability=0.9)[0] == SELECTION, q
+
+
 def test_a_follow_up_that_changes_the_situation_of_a_selection_is_a_selection():
     chose = Turn("Which framework should our research lab use?", kind=SELECTION, recommended=("PyTorch",))
     fact = Turn("What is ZeRO?", kind=FACT)
