@@ -13,7 +13,7 @@ from typing import Any
 from .embed import Embedder, embedder_for
 from .index.identity import EmbedderStatus, compare
 from .index.location import IndexLocation, open_index
-from .llm.base import ChatModel
+from .llm.base import ChatModel, Vocabulary
 from .retrieval import RetrievalParams, Retriever
 from .settings import Settings
 from .translate import QueryTranslator, create_translator
@@ -33,6 +33,9 @@ class Engines:
         self.embedder_status: EmbedderStatus | None = None  # the live generation's embedder against the settings
         self._lock = threading.RLock()  # the retriever and its index generation
         self._llm_lock = threading.Lock()  # the model: loading it must not block searches
+        self._vocab: Vocabulary | None = None  # the model's name and token count from its vocabulary alone
+        self._vocab_tried = False  # None from the factory: this engine needs the model for them
+        self._vocab_lock = threading.Lock()
         self._translator: QueryTranslator | None = None
         self._translator_lock = threading.Lock()
         self._warmed: str | None = None  # the system message the model holds as its cached prefix
@@ -89,7 +92,33 @@ class Engines:
                 from .llm.factory import create_chat_model
 
                 self._llm = create_chat_model(self.settings)
+                self._vocab = None  # the model counts from now on: its stand-in's memory goes
             return self._llm
+
+    @property
+    def model_loaded(self) -> bool:
+        """Whether the chat model's weights are loaded in this process."""
+        return self._llm is not None
+
+    def vocabulary(self) -> Vocabulary:
+        """The chat model as the pinned context sees it (its name, file and token count): the loaded model, else
+        (llama.cpp) its vocabulary loaded alone, so the pinned context can be sized and its translations found, and
+        a question refused, without loading the weights; the other engines load the model."""
+        if self._llm is None:
+            with self._vocab_lock:
+                if not self._vocab_tried and self._llm is None:
+                    from .llm.factory import create_vocabulary
+
+                    self._vocab = create_vocabulary(self.settings)
+                    self._vocab_tried = True
+            vocab = self._vocab  # read once: the model's load may drop it meanwhile (the counts are the same)
+            if vocab is not None:
+                return vocab
+        return self.llm
+
+    def count_tokens(self, text: str) -> int:
+        """`text`'s length in the chat model's tokens (`vocabulary()`'s count)."""
+        return self.vocabulary().count_tokens(text)
 
     @property
     def translator(self) -> QueryTranslator | None:

@@ -60,8 +60,8 @@ class AssistantService:
         self._loaded = False  # set once load() has finished warming the model
         self._closed = False  # set by close(): a warm-up still running then fails quietly
         self.documents = DocumentLibrary(self.settings, lambda: self.embedder, self._reopen)
-        count_tokens = lambda text: self.llm.count_tokens(text)  # noqa: E731 - the model loads on first use
-        twins = (Twins(self.settings.cache_dir, lambda: self.llm, count_tokens,
+        count_tokens = self.engines.count_tokens  # without loading the model where the engine allows it
+        twins = (Twins(self.settings.cache_dir, lambda: self.llm, self.engines.vocabulary,
                        lambda: self.settings.pinned_token_budget)
                  if self.settings.backend != "scripted" else None)  # the plumbing engine translates nothing
         self.pins = Pins(self.settings, lambda: self.retriever.snap, count_tokens, self.list_documents,

@@ -288,7 +288,7 @@ def test_the_twin_is_translated_once_kept_on_disk_and_translated_again_only_wher
     llm = service.llm
 
     def twins() -> Twins:
-        return Twins(tmp_path, lambda: llm, llm.count_tokens, lambda: 4000)
+        return Twins(tmp_path, lambda: llm, lambda: llm, lambda: 4000)
 
     ctx = _first_passages(service)
     started = threading.Event()
@@ -297,7 +297,7 @@ def test_the_twin_is_translated_once_kept_on_disk_and_translated_again_only_wher
         started.set()
         return llm
 
-    first = Twins(tmp_path, translating_model, llm.count_tokens, lambda: 4000)
+    first = Twins(tmp_path, translating_model, lambda: llm, lambda: 4000)
     assert first.of(ctx, "zh") is ctx  # Chinese questions read the article as it is
     built: list[pinning.PinnedContext] = []
     builder = threading.Thread(target=lambda: built.append(first.of(ctx, "en")))  # a server's background build
@@ -370,3 +370,22 @@ def test_an_english_question_reads_the_english_twin_and_its_citations_quote_the_
     checked = CitationChecker(service.embedder).check(f"{claim} [{source.n}]", en.numbered())
     assert [c.chunk_id for c in checked.citations] == [source.hit.chunk.id]
     assert checked.citations[0].snippet in source.hit.chunk.text  # the article's sentence, not the translation
+
+
+def test_a_refused_question_never_loads_the_model_and_the_vocabulary_counts_as_the_model(fast_settings) -> None:
+    """Sizing the pinned context (and finding its English twin's translations) needs the model's token count and
+    name, not its weights: a one-shot `assistant ask` that the policy refuses loaded the 1.5B model (0.7 s, RSS 2.2 GB)
+    only to count (bench/oneshot.py). The count from the vocabulary alone is the model's."""
+    from assistant.service import AssistantService
+
+    svc = AssistantService(fast_settings)
+    try:
+        for question in ("明天北京天气怎么样？", "What is a good recipe for pork dumplings?"):
+            assert svc.ask(question).refused, question
+        assert not svc.engines.model_loaded
+        texts = [svc.pinned_context().system, "ZeRO-3 的 offload_param [1]", "<|im_start|>user"]
+        counts = [svc.engines.count_tokens(t) for t in texts]
+        assert counts[0] > 1000 and not svc.engines.model_loaded
+        assert [svc.llm.count_tokens(t) for t in texts] == counts
+    finally:
+        svc.close()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..answer import pinned as pinning
 from ..lang import detect_language
-from ..llm.base import ChatModel
+from ..llm.base import ChatModel, Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +46,14 @@ def _needs(ctx: pinning.PinnedContext, lang: str) -> bool:
 class Twins:
     """The pinned context in each question language, its translations made once per model and kept on disk."""
 
-    def __init__(self, cache_dir: Path, model: Callable[[], ChatModel], count_tokens: Callable[[str], int],
+    def __init__(self, cache_dir: Path, model: Callable[[], ChatModel], vocabulary: Callable[[], Vocabulary],
                  budget: Callable[[], int]) -> None:
-        """`model()`: the chat model that translates (the answering one); `count_tokens`: its tokenizer's;
+        """`model()`: the chat model that translates (the answering one); `vocabulary()`: its name, file and token
+        count, which finding the translations needs (without loading the model where the engine allows it);
         `budget()`: the pinned-token budget a twin must fit, like the documents it translates."""
         self.dir = Path(cache_dir) / "twin"
         self._model = model
-        self._count_tokens = count_tokens
+        self._vocabulary = vocabulary
         self._budget = budget
         self._lock = threading.Lock()
         # (lang, original system) -> what a question in lang reads: the twin, or the original when it needs none
@@ -80,7 +81,7 @@ class Twins:
             texts = self._translations(ctx, lang, build)
             if texts is None:
                 return ctx
-            twin = pinning.twin(ctx, texts, lang, self._count_tokens)
+            twin = pinning.twin(ctx, texts, lang, self._vocabulary().count_tokens)
             if twin.tokens > self._budget():
                 log.warning("the %s twin of the pinned documents needs %d tokens, over the budget of %d: questions "
                             "in %s read the documents as they are", lang, twin.tokens, self._budget(), lang)
@@ -102,7 +103,7 @@ class Twins:
     def _translations(self, ctx: pinning.PinnedContext, lang: str, build: bool = True) -> list[str] | None:
         """Each passage in `lang`, from the file or translated now; None, without `build`, when some passage is not
         in the file."""
-        model = self._model()
+        model = self._vocabulary()  # names the file and the entries; the model itself only translates
         path = self.dir / f"translations-{_safe(model.name)}.json"
         entries = self._read(path)
         out = []
@@ -114,7 +115,7 @@ class Twins:
             if digest not in entries and not build:
                 return None
             if digest not in entries:
-                entries[digest] = self._translate(model, c.text, lang)
+                entries[digest] = self._translate(self._model(), c.text, lang)
                 self.translated += 1
                 self._write(path, model, entries)
             out.append(entries[digest])
@@ -123,7 +124,7 @@ class Twins:
     def _translate(self, model: ChatModel, text: str, lang: str) -> str:
         """One passage in `lang`; the passage itself when the model fails or writes nothing usable (an empty text,
         or one far longer than the passage)."""
-        limit = min(1024, 2 * self._count_tokens(text) + 64)
+        limit = min(1024, 2 * model.count_tokens(text) + 64)
         try:
             out = model.complete([{"role": "system", "content": PROMPTS[lang]}, {"role": "user", "content": text}],
                                  max_tokens=limit, temperature=0.0).strip()
@@ -148,7 +149,7 @@ class Twins:
             path.unlink(missing_ok=True)
             return {}
 
-    def _write(self, path: Path, model: ChatModel, entries: dict[str, str]) -> None:
+    def _write(self, path: Path, model: Vocabulary, entries: dict[str, str]) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -159,7 +160,7 @@ class Twins:
             log.warning("could not keep the pinned translations in %s: %s", path, exc)
 
 
-def _digest(model: ChatModel, lang: str, text: str) -> str:
+def _digest(model: Vocabulary, lang: str, text: str) -> str:
     ident = f"{model.name}\0{getattr(model, 'path', '')}\0{PROMPTS[lang]}\0{lang}\0{text}"
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from assistant.errors import ModelError as ModelError  # what every engine raises; defined with UserError
 from assistant.text import has_cjk, rough_tokens
@@ -29,6 +30,15 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+
+
+class Vocabulary(Protocol):
+    """What a model is to the code that only names it or counts its tokens (the pinned context, its translations
+    file): a loaded ChatModel, or a stand-in that has not loaded the weights (llm/llamacpp.py `LlamaVocabulary`)."""
+
+    name: str
+
+    def count_tokens(self, text: str) -> int: ...
 
 
 class ChatModel(ABC):

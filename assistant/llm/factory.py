@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from assistant.errors import UserError
-from assistant.llm.base import ChatModel, ModelError
+from assistant.llm.base import ChatModel, ModelError, Vocabulary
 from assistant.llm.models import PACKAGED, model_status, prepare_model
 from assistant.settings import Backend
 
@@ -45,6 +45,20 @@ def create_chat_model(settings: Any) -> ChatModel:
         f"Unknown generation backend {backend!r}: choose one of {', '.join(BACKENDS)}.",
         f"未知的生成后端 {backend!r}：请从 {', '.join(BACKENDS)} 中选择。",
     )
+
+
+def create_vocabulary(settings: Any) -> Vocabulary | None:
+    """The chat model's stand-in for naming it and counting its tokens without its weights, where the engine allows
+    it (llama.cpp: the GGUF's vocabulary alone, `LlamaVocabulary`, named as `_llama` names the model); None for the
+    other engines, whose count needs the model itself."""
+    if (getattr(settings, "backend", "llama") or "llama") != "llama":
+        return None
+    path = prepare_model(settings.model, settings.cache_dir)
+    if path.is_dir():
+        return None
+    from assistant.llm.llamacpp import LlamaVocabulary
+
+    return LlamaVocabulary(path, name=str(settings.model))
 
 
 def _llama(settings: Any) -> ChatModel:
