@@ -88,6 +88,18 @@ def test_merge_later_statements_override():
     assert situation_from_turns([]) == Scenario()
 
 
+def test_pre_training_said_alone_switches_a_language_model_s_task():
+    """Held out (now dev): "如果换成 64 张卡做预训练呢？" after a fine-tuning situation kept "大模型微调": the message names
+    no model, so its own parse could not tell what "预训练" trains. Read with the conversation, it switches the task;
+    without a language model before it, it stays what the message alone says."""
+    zh = situation_from_turns(["我们是一个 6 人的创业团队，做中文客服大模型微调，只有 4 张 A100，选什么框架？",
+                               "如果换成 64 张卡做预训练呢？"])
+    assert zh.domain == "llm_pretrain" and zh.accelerators == 64 and zh.team_size == 6
+    en = situation_from_turns(["We are a small startup pre-training a 7B model.", "What if we only fine-tune instead?"])
+    assert en.domain == "llm_finetune"
+    assert situation_from_turns(["We do image classification on 4 GPUs.", "What about pretraining?"]).domain == "cv"
+
+
 def test_negated_experience_is_not_known():
     assert parse_free_text("We have never used JAX; we work with PyTorch.").known_frameworks == ["PyTorch"]
     assert parse_free_text("没用过 JAX，一直在用 PyTorch").known_frameworks == ["PyTorch"]

@@ -319,11 +319,15 @@ def _exceeds_memory(params: float, count: int | None, text: str, kind: str | Non
 _OVERRIDABLE = ("stage", "model_scale", "data_scale", "team_size", "org", "experience")
 
 
+_LLM_DOMAINS = ("llm_pretrain", "llm_finetune")
+
+
 def merge_situation(previous: Scenario | None, message: str) -> Scenario:
     """The situation after `message`, given the one parsed from the conversation so far.
 
     Fields the new message states replace the earlier ones (a new hardware statement replaces the count and
-    kind too); goals accumulate; `text` keeps every turn; `lang` is the new message's."""
+    kind too; "pre-training" or "fine-tuning" alone switches a language model's task); goals accumulate; `text` keeps
+    every turn; `lang` is the new message's."""
     new = parse_free_text(message)
     if previous is None:
         return new
@@ -338,6 +342,12 @@ def merge_situation(previous: Scenario | None, message: str) -> Scenario:
         d["accelerator"] = new.accelerator
     if new.domain != "general":
         d["domain"] = new.domain
+    elif previous.domain in _LLM_DOMAINS:
+        # "如果换成 64 张卡做预训练呢？" after a language model was said: pre-training or fine-tuning read with the
+        # conversation, not the message alone (which names no model, so its own parse cannot tell what is trained)
+        said = _first_rule(_RULES["domain"], message.lower())
+        if said in _LLM_DOMAINS:
+            d["domain"] = said
     if new.known_frameworks:
         d["known_frameworks"] = new.known_frameworks
     d["goals"] = list(dict.fromkeys([*previous.goals, *new.goals]))
