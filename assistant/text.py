@@ -181,8 +181,8 @@ def table_cells(row: str) -> list[str]:
 # a list item's number ("1.", "2)", "3、") at the end of a piece, alone or after a sentence's end, a colon or markers:
 # the sentence end after a digit cuts it from its item ("1.", "Text.[1] 2." of "1. Text.[1] 2. More."), not "stage 2."
 _NEXT_NUMBER = re.compile(r"(?:^|(?<=[\]。！？；.!?：:])\s*|(?<=[\]:])\s+)(\d{1,2}[.)、])$")
-# a sentence that begins a list item: "- …", "* …", "• …", "1. …", "2) …", "3、…"
-_LIST_ITEM = re.compile(r"(?:[-*•]\s+|(?P<n>\d{1,2})(?P<sep>[.)、])\s*)(?=\S)")
+# a sentence that begins a list item: "- …", "* …", "• …", "① …", "（1）…", "1. …", "2) …", "3、…"
+LIST_ITEM = re.compile(r"(?:[-*•]\s+|[①-⑩]\s*|[（(]\d{1,2}[)）]\s*|(?P<n>\d{1,2})(?P<sep>[.)、）])\s*)(?=\S)")
 
 
 def split_sentences(text: str) -> list[str]:
@@ -218,7 +218,7 @@ def split_sentences(text: str) -> list[str]:
 
 def item_body(sentence: str) -> str:
     """A list item's sentence without its number or bullet ("1. PaddleHub (…)" -> "PaddleHub (…)"): what it says."""
-    item = _LIST_ITEM.match(sentence)
+    item = LIST_ITEM.match(sentence)
     return sentence[item.end():] if item else sentence
 
 
@@ -229,7 +229,7 @@ def join_sentences(sentences: list[str]) -> str:
     out = ""
     number = 0
     for s in sentences:
-        item = _LIST_ITEM.match(s)
+        item = LIST_ITEM.match(s)
         if item and item.group("n"):
             number += 1
             s = f"{number}{item.group('sep')} {s[item.end():]}"

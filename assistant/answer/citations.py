@@ -31,6 +31,7 @@ from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks, na
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import (
+    LIST_ITEM,
     cjk_count,
     content_terms,
     item_body,
@@ -64,7 +65,6 @@ _FRAMEWORK_WORDS = ({n.lower() for n in FRAMEWORKS} | {n.lower().replace("-", ""
                     | {"torch", "paddle", "megatron", "colossal"})
 # a lead-in ending in a colon, and what follows it; a list after the colon (1. / - / （1）/ ①) is not split
 _LEAD_IN = re.compile(r"^(?P<lead>[^：:`]{4,}?(?:：|:(?=\s)))\s*(?P<rest>\S.{3,})$", re.DOTALL)
-_LIST_START = re.compile(r"^(?:\d+[.、)）]|[-*•①-⑩]|[（(]\d+[)）])")
 # a sentence whose subject is only a pronoun ("这个包名……", "This API ...", "It ...") takes its subject from the
 # sentence before; the passage can confirm only the predicate, so such a sentence needs a higher score
 # (0.80: of the 25 such sentences in five hand-labelled samples, eval/handcheck/, every supported one scored >= 0.85
@@ -559,7 +559,7 @@ def split_lead_in(sentence: str) -> list[str]:
     """"X 有以下四个部分：<another statement>" is two claims, each needing its own support: the small model
     glues a lead-in from one passage to a sentence from another. A colon followed by a list stays whole."""
     m = _LEAD_IN.match(sentence)
-    if not m or _LIST_START.match(m.group("rest")) or _inside_pair(m.group("lead")):
+    if not m or LIST_ITEM.match(m.group("rest")) or _inside_pair(m.group("lead")):
         return [sentence]
     return [m.group("lead").strip(), m.group("rest").strip()]
 

@@ -103,21 +103,21 @@ class Twins:
     def _translations(self, ctx: pinning.PinnedContext, lang: str, build: bool = True) -> list[str] | None:
         """Each passage in `lang`, from the file or translated now; None, without `build`, when some passage is not
         in the file."""
-        model = self._vocabulary()  # names the file and the entries; the model itself only translates
-        path = self.dir / f"translations-{_safe(model.name)}.json"
+        vocab = self._vocabulary()  # names the file and the entries; the model itself only translates
+        path = self.dir / f"translations-{_safe(vocab.name)}.json"
         entries = self._read(path)
         out = []
         for c in ctx.chunks:
             if detect_language(c.text) == lang:
                 out.append(c.text)
                 continue
-            digest = _digest(model, lang, c.text)
+            digest = _digest(vocab, lang, c.text)
             if digest not in entries and not build:
                 return None
             if digest not in entries:
                 entries[digest] = self._translate(self._model(), c.text, lang)
                 self.translated += 1
-                self._write(path, model, entries)
+                self._write(path, vocab, entries)
             out.append(entries[digest])
         return out
 
