@@ -111,6 +111,10 @@ def standalone_question(question: str, previous: Turn | None, earlier_user_turns
 
 
 # ---- the kind -------------------------------------------------------------------------------------------------
+# the situation fields whose change, said after a recommendation, asks for another one
+_CHANGES_A_CHOICE = {"hardware", "stage", "model_scale", "team_size", "known_frameworks", "goals"}
+
+
 def kind_of(standalone: str, asked: str, lang: str, previous: Turn | None = None,
             probability: float | None = None) -> tuple[str, str]:
     """(FACT or SELECTION, what decided it) for a question the policy did not refuse; `probability` is the
@@ -131,8 +135,8 @@ def kind_of(standalone: str, asked: str, lang: str, previous: Turn | None = None
     if sel and asks_about_a_framework(standalone):
         sel, by = False, "about a framework"
     if not sel and previous is not None and previous.kind == SELECTION and not find_frameworks(standalone):
-        sc = parse_free_text(standalone)  # "what if we had TPUs?" after a recommendation: the situation changed
-        if sc.hardware or sc.stage or sc.model_scale or sc.team_size or sc.known_frameworks or sc.goals:
+        # "what if we had TPUs?" after a recommendation: the situation changed
+        if parse_free_text(standalone).stated() & _CHANGES_A_CHOICE:
             return SELECTION, "follow-up"
     return (SELECTION if sel else FACT), by
 
@@ -148,9 +152,7 @@ def asks_about_a_framework(question: str) -> bool:
     if any(w.search(question) for w in (lexicon.SELF, lexicon.WHAT_TO_USE, lexicon.SUITS_ZH, lexicon.SUITS_EN,
                                          lexicon.COMPARE)):
         return False
-    sc = parse_free_text(question)
-    return not (sc.known_frameworks or sc.stage or sc.hardware or sc.model_scale or sc.data_scale or sc.team_size
-                or sc.accelerators or sc.org or sc.experience or sc.goals or sc.domain != "general")
+    return not parse_free_text(question).stated()
 
 
 def compared_candidates(question: str) -> tuple[str, ...]:

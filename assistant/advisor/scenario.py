@@ -48,6 +48,12 @@ class Scenario:
     org: str | None = None            # startup | lab | enterprise
     experience: str | None = None     # experienced | beginner (the team's engineering experience)
 
+    def stated(self) -> set[str]:
+        """The situation fields the text set (a domain other than "general", a list not empty): what the asker said of
+        their own situation; `text` and `lang` are not part of it."""
+        return {name for name, value in asdict(self).items()
+                if name not in ("text", "lang") and value and not (name == "domain" and value == "general")}
+
     @property
     def params(self) -> float | None:
         """Model size in parameters, parsed from `model_scale` ("7B", "300M", "千亿", "1750 亿")."""
