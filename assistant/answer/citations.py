@@ -489,7 +489,13 @@ def restates_user(sentence: str, user_text: str) -> bool:
         return False
     if USER_SITUATION.search(sentence.strip()):
         return True
-    return echoes(sentence, set(tokenize(user_text)))
+    return echoes(sentence, _user_terms(user_text))
+
+
+@functools.lru_cache(maxsize=64)
+def _user_terms(user_text: str) -> frozenset[str]:
+    """The user's words, tokenized once per text: the check asks for each sentence of an answer."""
+    return frozenset(tokenize(user_text))
 
 
 @functools.cache
