@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .text import has_cjk
+from .text import has_cjk, table_cells
 
 # canonical name -> aliases (lower-case matching; Chinese aliases matched as substrings)
 FRAMEWORKS: dict[str, tuple[str, ...]] = {
@@ -154,3 +154,22 @@ def _term_in(term: str, low: str) -> bool:
     if has_cjk(term):
         return term in low
     return re.search(r"(?<![a-z0-9])" + re.escape(term) + r"(?![a-z0-9])", low) is not None
+
+
+def sentence_frameworks(text: str, sentences: list[str]) -> list[set[str]]:
+    """The frameworks each of a passage's sentences (`split_sentences(text)`) is about: those it names, and in a
+    table those its row's first cell names (the article's comparison table: "| JAX | ... | 但在多机多卡生态上，相比
+    PyTorch/TensorFlow仍处发展期 |" is about JAX, although the sentence names only the two it is compared with)."""
+    out: list[set[str]] = []
+    pos = 0
+    for sentence in sentences:
+        names = set(find_frameworks(sentence))
+        at = text.find(sentence, pos)
+        if at >= 0:
+            pos = end = at + len(sentence)
+            line_end = text.find("\n", end - 1)
+            row = text[text.rfind("\n", 0, end - 1) + 1 : line_end if line_end >= 0 else len(text)].strip()
+            if row.startswith("|"):  # the line the sentence ends on
+                names |= set(find_frameworks(table_cells(row)[0]))
+        out.append(names)
+    return out

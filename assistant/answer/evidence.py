@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..embed import Embedder
-from ..frameworks import expand_terms
+from ..frameworks import expand_terms, find_frameworks, sentence_frameworks
 from ..text import content_terms, normalise, split_sentences, starts_with_pronoun
 from ..types import Hit
 from .policy import addresses_the_model
@@ -83,14 +83,25 @@ def best_sentence(question: str, sources: list[Source], embedder: Embedder | Non
                   max_chars: int = 400) -> tuple[Source, str] | None:
     """The single evidence sentence that matches the question best (scored as in select_evidence): what
     an answer falls back to quoting when nothing the model wrote could be checked against the sources."""
-    cands = [(s, x.strip()) for s in sources for x in split_sentences(s.text)
-             if x.strip() and not _is_reference(x) and len(x) <= max_chars and "```" not in x
+    named = set(find_frameworks(question))
+    cands = [(s, x.strip()) for s in sources for x, about in _sentences_about(s) if x.strip()
+             and not _is_reference(x) and len(x) <= max_chars and "```" not in x
              and not addresses_the_model(x)  # text addressed to the model is never quoted
-             and not starts_with_pronoun(x)]  # nor "这是……组合" without what 这 means
+             and not starts_with_pronoun(x)  # nor "这是……组合" without what 这 means
+             and not (named and about and not about & named)]  # nor, asked of PaddlePaddle, one about Megatron-LM
     if not cands:
         return None
     scores = _scores(question, _weighted_terms(question), [x for _, x in cands], embedder)
     return cands[int(np.argmax(scores))]
+
+
+def _sentences_about(source: Source) -> list[tuple[str, set[str]]]:
+    """A passage's sentences, each with the frameworks it is about: those it names (or its table row's first cell
+    names), else the passage's (the frameworks its chunk is about and those the passage names), as the citation
+    check attributes them."""
+    sents = split_sentences(source.text)
+    passage = set(source.hit.chunk.frameworks) | set(find_frameworks(source.text))
+    return [(x, f or passage) for x, f in zip(sents, sentence_frameworks(source.text, sents), strict=True)]
 
 
 def _is_reference(sentence: str) -> bool:
