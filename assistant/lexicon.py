@@ -71,6 +71,13 @@ ASKS = Wording("asks", r"[?？]|什么|哪|怎么|如何|吗|呢|\b(what|which|h
 # two named frameworks weighed against each other: "JAX or PyTorch for PDEs?", "PaddlePaddle 还是 PyTorch"
 COMPARE = Wording("compare", r"\bor\b|\bvs\.?\b|\bversus\b|还是|对比|比较|哪个|\bbetter\b|更好|更适合|compared? (to|with)|相比",
                   "sel-en-27")
+# after a recommendation, a framework it did not recommend asked about in its place ("Why not PyTorch?" after JAX,
+# "为什么不用 TensorFlow？" after PyTorch): the two weighed for the same situation
+INSTEAD = Wording("instead", (
+    r"\bwhy (?:not|isn't|is not|wasn't|don't|didn't|shouldn't|wouldn't|won't)\b|\binstead\b|\brather than\b|"
+    r"\b(?:what|how) about\b|为什么不|为啥不|怎么不|不行吗|不行么|不可以吗|不考虑|而不是|不选|不用|换成|改用|"
+    r"(?:用|选).{0,40}(?:可以|行|好)吗"), "selfu-en-09#1 (its turn before decides, so not among the phrasings)",
+                  "Why not PyTorch?")
 # a documentation "is recommended for" is not a request for a recommendation
 PASSIVE = Wording("passive", r"\b(is|are) recommended\b|推荐的", "fact-en-11")
 # a choice inside one framework ("其中哪个适合……" after "Colossal-AI 有哪些 booster 插件？", "which ZeRO stage fits"):
@@ -134,7 +141,7 @@ NEGATION = Wording("negation", (
     "dev fact-zh-17 (the model's answer); a question kept out of the evaluation sets",
     "DeepSpeed 提供了流水线并行训练，对 GPU 总数没有要求。")
 
-ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, COMPARE, PASSIVE, WITHIN, WHAT_TO_USE, SEVERAL, ARTICLE,
+ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, COMPARE, INSTEAD, PASSIVE, WITHIN, WHAT_TO_USE, SEVERAL, ARTICLE,
        PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION, PRICE, PRICE_STATED, NEGATION)
 
 

@@ -13,7 +13,8 @@ between the two, the wording rules decide (advisor/intent.py over assistant/lexi
 what to use without naming a framework goes to the Advisor, whose answer carries its reason and citation. Without an
 embedder the wording rules decide alone. A choice among one framework's own options ("其中哪个插件…") is a fact
 whatever the classifier says; a follow-up to a selection that only changes the situation ("what if we had TPUs?") is
-a selection.
+a selection, and so is one that asks about another framework in place of the recommended one ("Why not PyTorch?"):
+the two are then the candidates it compares.
 
 Owns the rewrite, the kind and what the session store keeps of a turn for the next one (`remembered`). Does not
 retrieve, refuse (policy.decide) or answer.
@@ -134,11 +135,27 @@ def kind_of(standalone: str, asked: str, lang: str, previous: Turn | None = None
         sel, by = False, "classifier"
     if sel and asks_about_a_framework(standalone):
         sel, by = False, "about a framework"
-    if not sel and previous is not None and previous.kind == SELECTION and not find_frameworks(standalone):
+    if not sel and previous is not None and previous.kind == SELECTION:
         # "what if we had TPUs?" after a recommendation: the situation changed
-        if parse_free_text(standalone).stated() & _CHANGES_A_CHOICE:
+        if not find_frameworks(standalone) and parse_free_text(standalone).stated() & _CHANGES_A_CHOICE:
+            return SELECTION, "follow-up"
+        # "Why not PyTorch?" after JAX: the two weighed for the same situation (`instead_of`)
+        if instead_of(standalone, previous):
             return SELECTION, "follow-up"
     return (SELECTION if sel else FACT), by
+
+
+def instead_of(question: str, previous: Turn | None) -> tuple[str, ...]:
+    """The Advisor's candidates a follow-up weighs against the recommendation before it: the recommended ones and the
+    frameworks the question asks about in their place ("Why not PyTorch?", "为什么不用 TensorFlow？", "What about
+    JAX?"); () when the turn before recommended nothing or the question asks of no other framework so."""
+    if previous is None or previous.kind != SELECTION or not previous.recommended:
+        return ()
+    others = [f for f in find_frameworks(question) if f not in previous.recommended]
+    if not others or not lexicon.INSTEAD.search(question):
+        return ()
+    names = [CANDIDATE_OF[f] for f in [*previous.recommended, *others] if f in CANDIDATE_OF]
+    return tuple(dict.fromkeys(names)) if len(set(names)) >= 2 else ()
 
 
 def asks_about_a_framework(question: str) -> bool:
@@ -177,6 +194,7 @@ def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previou
         kind = OUT_OF_SCOPE
     situation = situation_from_turns([*(user_turns or []), question])
     situation.lang = lang
+    compared = instead_of(standalone, previous) or compared_candidates(standalone)
     return Route(question, standalone, kind, situation, tuple(find_frameworks(standalone)),
-                 compared_candidates(standalone), lexicon.asks_for_several(standalone),
+                 compared, lexicon.asks_for_several(standalone),
                  article, decision, p, by)

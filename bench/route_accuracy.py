@@ -4,12 +4,13 @@ gold set says, per language, and what routing costs per question.
     python bench/route_accuracy.py --index-dir DIR [--rules] [--list] [--cv] [FILE.jsonl ...]
 
 Without files, the dev sets of eval/ (not eval/test/). Each case goes through what the service does before it
-answers, on the service's own steps: the follow-up rewrite from the turn before (its stored kind; a multi-turn case's
-earlier turns are routed first), the answerer's retrieval (which embeds the standalone question once, and reads the
-pinned article through its twin when the state folder has one for the question's language), then the answerer's
-`route` (assistant/route.py: the classifier reads that vector; the refusal policy decides out of scope, with the
-pinned passages' closeness as the answer computes it). Gold: "selection" and "recommend" are selection, a
-follow-up's last turn is a fact, the Advisor's scenarios (advisor.jsonl, advisor_parse.jsonl) are selection.
+answers, on the service's own steps: the follow-up rewrite from the turn before (its stored kind and, for a
+selection, the frameworks its answer recommended; a multi-turn case's earlier turns are routed first), the answerer's
+retrieval (which embeds the standalone question once, and reads the pinned article through its twin when the state
+folder has one for the question's language), then the answerer's `route` (assistant/route.py: the classifier reads
+that vector; the refusal policy decides out of scope, with the pinned passages' closeness as the answer computes it).
+Gold: the case's kind ("selection" and "recommend" are selection; a follow-up's last turn is a fact); the Advisor's
+scenarios (advisor.jsonl, advisor_parse.jsonl) are selection.
 
 --rules: the router without its classifier (the wording rules alone: what runs without an embedder).
 --state-dir: the service's state folder (the classifier's cache, the twin's translations); default the settings'.
@@ -85,7 +86,7 @@ def router_of(args, svc):
             return kind, (time.perf_counter() - t) * 1000
         return before
 
-    from assistant.route import Turn, standalone_question
+    from assistant.route import Turn, remembered, standalone_question
 
     if args.rules:
         svc.kind_classifier = lambda: None  # the router decides by wording
@@ -102,7 +103,10 @@ def router_of(args, svc):
             start = time.perf_counter()
             r, _near = svc.answerer.route(q, standalone, tl, found, previous, list(turns[:i]))
             ms = (time.perf_counter() - start) * 1000
-            previous = Turn(t, standalone, r.kind)
+            sel = svc.answerer.selection(r) if r.selection and i < len(turns) - 1 else None
+            # what the session store keeps of the turn: its kind and the frameworks a selection answer recommended
+            previous = Turn.from_message(t, {"standalone_question": standalone,
+                                             "route": remembered(r, sel.recommended if sel else None)})
         return r.kind, ms
     return after
 

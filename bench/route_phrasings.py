@@ -7,7 +7,8 @@ question counts as "fact" here: the refusal policy, not the classifier, turns it
 Selection: gold_selection*.jsonl, gold_recommend.jsonl, the Advisor's scenarios (advisor.jsonl) and parser cases
 (advisor_parse.jsonl), the first turn of gold_selection_followup.jsonl. Fact: gold_fact, gold_article_en(_2),
 gold_near_domain, gold_out_of_scope, gold_adversarial, every turn of gold_followup and the follow-up turns of
-gold_selection_followup. The blind split (eval/test/) is never read.
+gold_selection_followup but for those of kind selection ("Why not PyTorch?" is one only after a recommendation: the
+router reads the turn before, not the words). The blind split (eval/test/) is never read.
 """
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ def phrasings(eval_dir: Path) -> list[dict]:
             turns = r.get("turns") or [r["question"]]
             for i, t in enumerate(turns):
                 first_of_selection = name == "gold_selection_followup.jsonl" and i == 0
+                if i and i == len(turns) - 1 and r["kind"] == "selection":
+                    continue  # "Why not PyTorch?" is a selection only after one: the turn before decides, not its words
                 add(t, "selection" if first_of_selection else "fact", r["lang"], f"{r['id']}#{i}" if len(turns) > 1 else r["id"])
     seen: set[str] = set()
     return [p for p in out if not (p["text"] in seen or seen.add(p["text"]))]

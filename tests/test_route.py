@@ -11,7 +11,7 @@ from assistant.answer.pipeline import PipelineConfig, bare_name, check
 from assistant.answer.prompt import Source
 from assistant.embed import create_embedder
 from assistant.frameworks import find_frameworks
-from assistant.route import FACT, SELECTION, Turn, kind_of, standalone_question
+from assistant.route import FACT, SELECTION, Turn, instead_of, kind_of, standalone_question
 from assistant.types import Chunk, Hit
 
 
@@ -92,6 +92,22 @@ def test_a_follow_up_that_changes_the_situation_of_a_selection_is_a_selection():
     assert kind_of("What if we had TPUs instead?", "What if we had TPUs instead?", "en", chose, 0.1) == (SELECTION, "follow-up")
     assert kind_of("What if we had TPUs instead?", "What if we had TPUs instead?", "en", fact, 0.1)[0] == FACT
     assert kind_of("PyTorch's distributed API?", "What is its distributed API?", "en", chose, 0.1)[0] == FACT
+
+
+def test_a_framework_asked_about_in_place_of_the_recommended_one_is_weighed_against_it():
+    """"Why not PyTorch?" after a JAX recommendation (dev selfu-en-09) is the two weighed for the same situation; a
+    question of the framework's own (installing it), of the recommended one, or after a fact is a fact."""
+    chose = Turn("Our lab does physics simulations on TPUs. Which framework should we use?", kind=SELECTION,
+                 recommended=("JAX",))
+    for q in ("Why not PyTorch?", "What about PyTorch instead?", "为什么不用 PyTorch？", "PyTorch 不行吗？", "用 DeepSpeed 可以吗？"):
+        assert kind_of(q, q, "en", chose, 0.1) == (SELECTION, "follow-up"), q
+    assert instead_of("Why not PyTorch?", chose) == ("JAX", "PyTorch")
+    assert instead_of("用 DeepSpeed 可以吗？", chose) == ("JAX", "PyTorch + DeepSpeed")
+    for q in ("How do I install PyTorch?", "Why not JAX's pmap?", "What is PyTorch/XLA?"):
+        assert kind_of(q, q, "en", chose, 0.1)[0] == FACT, q
+    fact = Turn("What is jax.jit?", kind=FACT)
+    assert kind_of("Why not PyTorch?", "Why not PyTorch?", "en", fact, 0.1)[0] == FACT
+    assert instead_of("Why not PyTorch?", fact) == ()
 
 
 def test_the_follow_up_rewrite_reads_the_stored_turn_not_the_rendered_answer():

@@ -115,6 +115,25 @@ def test_comparison_is_restricted_to_the_named_candidates(scripted_service):
     assert compared_candidates("DeepSpeed 和 Megatron-LM 哪个好") == ("PyTorch + DeepSpeed", "PyTorch + Megatron-LM")
 
 
+def test_why_not_another_framework_after_a_recommendation_says_what_counts_against_it(scripted_service):
+    """"Why not PyTorch?" after JAX (dev selfu-en-09): the same situation, the two weighed, and the fact that counts
+    against PyTorch there, cited, under a lead-in of its own; what would change the choice is about PyTorch."""
+    svc = scripted_service()
+    try:
+        first = svc.ask("Our lab does physics simulations on TPUs. Which framework should we use?")
+        assert recommended_candidate(first_claim(first.answer)) == "JAX" and "Why not" not in first.answer
+        ans = svc.ask("Why not PyTorch?", session_id=first.session_id)
+        assert recommended_candidate(first_claim(ans.answer)) == "JAX"
+        paragraphs = ans.answer.split("\n\n")
+        why = paragraphs[paragraphs.index("Why not PyTorch:") + 1]  # the lead-in, then the fact in its own words
+        n = int(re.search(r"\[(\d+)\]", why).group(1))
+        cite = next(c for c in ans.citations if c.n == n)
+        assert "XLA" in why and "pytorch" in cite.source
+        assert "PyTorch would rank first" in ans.answer  # what would change, of the compared one
+    finally:
+        svc.close()
+
+
 @pytest.mark.parametrize("sentence,user,expected", [
     ("The project stage is early, and the hardware is limited to 64 GPUs.",
      "How do I train a 70B model on 64 GPUs, which stack should I use?", True),

@@ -35,6 +35,7 @@ _LEAD = {"zh": "推荐 {name}：{claim}", "en": "We recommend {name}: {claim}"}
 _TIE = {"zh": "{names} 在你的情况下打平，取决于：{choices}", "en": "{names} tie for your situation; it depends: {choices}"}
 _CHOOSE = {"zh": "若{claim_lc}，选 {name}", "en": "choose {name} if {claim_lc}"}
 _CHANGE_LEAD = {"zh": "什么会改变这个选择——", "en": "What would change the choice:"}
+_AGAINST_LEAD = {"zh": "为什么不选 {name}：", "en": "Why not {name}:"}
 _ARTICLE_PREFIX = re.compile(r"^(?:文章[：:]\s*|The article:\s*)")
 
 
@@ -49,6 +50,8 @@ class SelectionPlan:
     reasons: list[tuple[str, int]]  # the Advisor's deciding facts: (claim, passage number)
     change: tuple[str, list[int], str] | None  # what would change the choice, the passages and the fact behind it
     sources: list[PromptSource]  # the cited passages, numbered as in the answer
+    against: list[tuple[str, str, int]] = field(default_factory=list)  # a compared candidate not recommended: (name,
+    # the fact that counts against it for this situation, passage number)
     citations: dict[int, Citation] = field(default_factory=dict)  # the deterministic sentences' citations
     advice: dict[str, Any] = field(default_factory=dict)  # the Advice's JSON, as the answer carries it (Answer.advice)
 
@@ -89,8 +92,14 @@ def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str,
             n = cite(r)
             if n:
                 reasons.append((_claim(r), n))  # the citation shows it is the article; the prefix goes
-    change = None
-    for ch in advice.what_would_change:
+    against: list[tuple[str, str, int]] = []
+    compared = restrict or []
+    for other in ranking[1:] if compared else []:  # "JAX or PyTorch?", "Why not PyTorch?": what counts against it
+        worst = min((x for x in other.reasons if x.points < 0), key=lambda x: x.points, default=None)
+        if other.name not in recommended and worst is not None and (n := cite(worst)):
+            against.append((other.name, _claim(worst), n))
+    change = None  # when the question compares candidates, a change that puts one of them first comes first
+    for ch in sorted(advice.what_would_change, key=lambda ch: bool(compared) and ch.new_top not in compared):
         if ch.new_top in recommended or not ch.reasons:
             continue
         n = cite(ch.reasons[0])
@@ -98,7 +107,7 @@ def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str,
             change = (ch.text, [n], _claim(ch.reasons[0]))
             break
     return SelectionPlan(lang, situation_line(Situation.from_dict(advice.scenario), lang), lead, recommended, reasons, change,
-                         sources, citations, advice.to_dict())
+                         sources, against, citations, advice.to_dict())
 
 
 def _claim(reason: Reason) -> str:
@@ -111,7 +120,8 @@ def _claim(reason: Reason) -> str:
         if sep and tail.strip():
             text = tail.strip()
     text = text.replace("；", "，")  # one sentence ("A；B[n]" splits, and its first half would stand uncited)
-    return text[:1].upper() + text[1:] if text[:1].isascii() else text  # a sentence of its own ("if the model ...")
+    # a sentence of its own ("if the model ..." -> "If the model ..."); an API stays as written ("tf.function 中 ...")
+    return text[:1].upper() + text[1:] if re.match(r"[a-z][a-z'’-]*(?![\w.(])", text) else text
 
 
 def _guidance(reasons: list[Reason]) -> Reason | None:
@@ -332,6 +342,8 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
             _end(claim, n) for claim, n in p.reasons)
     sep = " " if p.lang == "en" else ""
     text = p.lead + (sep + body if body else "")
+    for name, fact, n in [] if stopped else p.against:  # a compared candidate's weak point: the lead-in, then the fact
+        text += "\n\n" + _AGAINST_LEAD[p.lang].format(name=name) + "\n\n" + _end(fact, n)  # the fact is about it
     if p.change and not stopped:  # the Advisor's inference as a lead-in, then the cited fact it rests on
         change_text, nums, fact = p.change
         text += "\n\n" + _CHANGE_LEAD[p.lang] + sep + change_text.rstrip("。.") + ("：" if p.lang == "zh" else ":") \

@@ -155,7 +155,7 @@ class Answerer:
                         standalone_question=standalone)
         plan: Plan | None = None
         if route.selection:
-            sel = self._selection(route)
+            sel = self.selection(route)
             if sel is not None:
                 plan = selection_plan(answer, sel, config, svc.embedder, user_text)
                 plan.remember = router.remembered(route, sel.recommended)
@@ -223,7 +223,7 @@ class Answerer:
             return None
         return router.Turn.from_message(messages[-2]["content"], messages[-1])
 
-    def _selection(self, route: router.Route) -> selection.SelectionPlan | None:
+    def selection(self, route: router.Route) -> selection.SelectionPlan | None:
         """The Advisor's ranking for the situation of the conversation so far (the Route's), as a selection answer's
         parts, restricted to the candidates the question compares; None when the Advisor cannot rank (the fact path
         answers then)."""
