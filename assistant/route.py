@@ -154,8 +154,11 @@ def instead_of(question: str, previous: Turn | None) -> tuple[str, ...]:
     others = [f for f in find_frameworks(question) if f not in previous.recommended]
     if not others or not lexicon.INSTEAD.search(question):
         return ()
-    names = [CANDIDATE_OF[f] for f in [*previous.recommended, *others] if f in CANDIDATE_OF]
-    return tuple(dict.fromkeys(names)) if len(set(names)) >= 2 else ()
+    recommended = [CANDIDATE_OF[f] for f in previous.recommended if f in CANDIDATE_OF]
+    # a recommended stack is one candidate: "PyTorch + DeepSpeed" recommended, not also PyTorch alone
+    recommended = [c for c in recommended if not any(c != d and c in d for d in recommended)]
+    names = list(dict.fromkeys([*recommended, *(CANDIDATE_OF[f] for f in others if f in CANDIDATE_OF)]))
+    return tuple(names) if len(names) >= 2 else ()
 
 
 def asks_about_a_framework(question: str) -> bool:
