@@ -147,18 +147,23 @@ def kind_of(standalone: str, asked: str, lang: str, previous: Turn | None = None
 
 def instead_of(question: str, previous: Turn | None) -> tuple[str, ...]:
     """The Advisor's candidates a follow-up weighs against the recommendation before it: the recommended ones and the
-    frameworks the question asks about in their place ("Why not PyTorch?", "为什么不用 TensorFlow？", "What about
-    JAX?"); () when the turn before recommended nothing or the question asks of no other framework so."""
+    ones the question asks about in their place ("Why not PyTorch?", "为什么不用 TensorFlow？", "What about JAX?"; a
+    stack and its base are two: "Why not just plain PyTorch?" after PyTorch + DeepSpeed); () when the turn before
+    recommended nothing or the question asks of no other candidate so."""
     if previous is None or previous.kind != SELECTION or not previous.recommended:
         return ()
-    others = [f for f in find_frameworks(question) if f not in previous.recommended]
+    recommended = _candidates(previous.recommended)
+    others = [c for c in _candidates(find_frameworks(question)) if c not in recommended]
     if not others or not lexicon.INSTEAD.search(question):
         return ()
-    recommended = [CANDIDATE_OF[f] for f in previous.recommended if f in CANDIDATE_OF]
-    # a recommended stack is one candidate: "PyTorch + DeepSpeed" recommended, not also PyTorch alone
-    recommended = [c for c in recommended if not any(c != d and c in d for d in recommended)]
-    names = list(dict.fromkeys([*recommended, *(CANDIDATE_OF[f] for f in others if f in CANDIDATE_OF)]))
-    return tuple(names) if len(names) >= 2 else ()
+    return tuple(dict.fromkeys([*recommended, *others]))
+
+
+def _candidates(frameworks: list[str] | tuple[str, ...]) -> list[str]:
+    """The Advisor's candidates some frameworks stand for, a stack as one ("PyTorch", "DeepSpeed" -> "PyTorch +
+    DeepSpeed", not also PyTorch alone)."""
+    names = list(dict.fromkeys(CANDIDATE_OF[f] for f in frameworks if f in CANDIDATE_OF))
+    return [c for c in names if not any(c != d and c in d for d in names)]
 
 
 def asks_about_a_framework(question: str) -> bool:

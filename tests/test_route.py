@@ -105,6 +105,8 @@ def test_a_framework_asked_about_in_place_of_the_recommended_one_is_weighed_agai
     assert instead_of("用 DeepSpeed 可以吗？", chose) == ("JAX", "PyTorch + DeepSpeed")
     stack = Turn("We fine-tune a 7B model on 8 A100s. Which stack?", kind=SELECTION, recommended=("PyTorch", "DeepSpeed"))
     assert instead_of("How about Colossal-AI instead?", stack) == ("PyTorch + DeepSpeed", "Colossal-AI")
+    assert instead_of("Why not just plain PyTorch?", stack) == ("PyTorch + DeepSpeed", "PyTorch")
+    assert instead_of("What about DeepSpeed's ZeRO-3 instead?", stack) == ()  # the recommendation's own part
     for q in ("How do I install PyTorch?", "Why not JAX's pmap?", "What is PyTorch/XLA?"):
         assert kind_of(q, q, "en", chose, 0.1)[0] == FACT, q
     fact = Turn("What is jax.jit?", kind=FACT)
