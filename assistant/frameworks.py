@@ -6,6 +6,7 @@ languages, comparison questions) and the Advisor. Pure data and small functions,
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from .text import has_cjk, table_cells
 
@@ -154,6 +155,11 @@ def _term_in(term: str, low: str) -> bool:
     if has_cjk(term):
         return term in low
     return re.search(r"(?<![a-z0-9])" + re.escape(term) + r"(?![a-z0-9])", low) is not None
+
+
+def frameworks_of(text: str, known: Iterable[str] = ()) -> set[str]:
+    """The frameworks a passage or sentence is about: those it is known to be about (its chunk's) and those it names."""
+    return set(known) | set(find_frameworks(text))
 
 
 def sentence_frameworks(text: str, sentences: list[str]) -> list[set[str]]:

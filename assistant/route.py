@@ -159,11 +159,11 @@ def instead_of(question: str, previous: Turn | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*recommended, *others]))
 
 
-def _candidates(frameworks: list[str] | tuple[str, ...]) -> list[str]:
-    """The Advisor's candidates some frameworks stand for, a stack as one ("PyTorch", "DeepSpeed" -> "PyTorch +
-    DeepSpeed", not also PyTorch alone)."""
+def _candidates(frameworks: list[str] | tuple[str, ...], stack_as_one: bool = True) -> list[str]:
+    """The Advisor's candidates some frameworks stand for, in order; with `stack_as_one` a stack is one ("PyTorch",
+    "DeepSpeed" -> "PyTorch + DeepSpeed", not also PyTorch alone)."""
     names = list(dict.fromkeys(CANDIDATE_OF[f] for f in frameworks if f in CANDIDATE_OF))
-    return [c for c in names if not any(c != d and c in d for d in names)]
+    return [c for c in names if not (stack_as_one and any(c != d and c in d for d in names))]
 
 
 def asks_about_a_framework(question: str) -> bool:
@@ -182,8 +182,8 @@ def asks_about_a_framework(question: str) -> bool:
 
 def compared_candidates(question: str) -> tuple[str, ...]:
     """The Advisor's candidates a question weighs against each other ("JAX or PyTorch for PDEs?"), two or more."""
-    names = tuple(dict.fromkeys(CANDIDATE_OF[f] for f in find_frameworks(question) if f in CANDIDATE_OF))
-    return names if len(names) >= 2 else ()
+    names = _candidates(find_frameworks(question), stack_as_one=False)
+    return tuple(names) if len(names) >= 2 else ()
 
 
 def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previous: Turn | None = None,

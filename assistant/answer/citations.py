@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..embed import Embedder
-from ..frameworks import CONCEPTS, FRAMEWORKS, expand_terms, find_frameworks, names_only, sentence_frameworks
+from ..frameworks import (
+    CONCEPTS,
+    FRAMEWORKS,
+    expand_terms,
+    find_frameworks,
+    frameworks_of,
+    names_only,
+    sentence_frameworks,
+)
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import (
@@ -228,7 +236,7 @@ class CitationChecker:
         specific = [specific_terms(x) for x in sentences]
         codes = [code_spans(x) for x in sentences]
         fws = [set(s.hit.chunk.frameworks) for s in sources]
-        passage_fws = [f | set(find_frameworks(t)) for f, t in zip(fws, texts, strict=True)]  # once per source
+        passage_fws = [frameworks_of(t, f) for f, t in zip(fws, texts, strict=True)]  # once per source
         penalty = np.array([[missing_share(st, t, f) for f, t in zip(passage_fws, texts, strict=True)]
                             for st in specific])
         best = np.zeros(shape, dtype=int)
@@ -271,7 +279,7 @@ class CitationChecker:
                          + CODE_PENALTY * no_code)
             support[:, j] = (block - turned[:, start : start + len(ss)]).max(axis=1) - penalties
             unturned[:, j] = block.max(axis=1) - penalties
-            local = np.array([[missing_share(st, x, fws[j] | set(find_frameworks(x))) for x in ss] for st in specific])
+            local = np.array([[missing_share(st, x, frameworks_of(x, fws[j])) for x in ss] for st in specific])
             best[:, j] = (block - 0.2 * local).argmax(axis=1)
             start += len(ss)
         return Support(support, src_sents, best, unturned)
@@ -439,7 +447,7 @@ class CitationChecker:
                 or _MARK.search(quote)  # a reference-list "[1]" would read as one of the answer's citations
                 or len(quote) > QUOTE_MAX_GROWTH * max(len(body), 1)
                 or lang != detect_language(body)
-                or missing_share(specific_terms(body), quote, set(frameworks) | set(find_frameworks(quote)))
+                or missing_share(specific_terms(body), quote, frameworks_of(quote, frameworks))
                 or re.sub(r"\W", "", quote) == re.sub(r"\W", "", body)):
             return ""
         if quote[-1] not in "。！？；.!?;":

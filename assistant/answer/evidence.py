@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..embed import Embedder
-from ..frameworks import expand_terms, find_frameworks, sentence_frameworks
+from ..frameworks import expand_terms, find_frameworks, frameworks_of, sentence_frameworks
 from ..text import content_terms, normalise, split_sentences, starts_with_pronoun
 from ..types import Hit
 from .policy import addresses_the_model
@@ -97,10 +97,10 @@ def best_sentence(question: str, sources: list[Source], embedder: Embedder | Non
 
 def _sentences_about(source: Source) -> list[tuple[str, set[str]]]:
     """A passage's sentences, each with the frameworks it is about: those it names (or its table row's first cell
-    names), else the passage's (the frameworks its chunk is about and those the passage names), as the citation
-    check attributes them."""
+    names), else the passage's (its chunk's frameworks and those the shown sentences name; the citation check reads
+    the whole chunk's text there)."""
     sents = split_sentences(source.text)
-    passage = set(source.hit.chunk.frameworks) | set(find_frameworks(source.text))
+    passage = frameworks_of(source.text, source.hit.chunk.frameworks)
     return [(x, f or passage) for x, f in zip(sents, sentence_frameworks(source.text, sents), strict=True)]
 
 
