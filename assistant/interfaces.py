@@ -6,7 +6,7 @@ its own. AssistantService satisfies both.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from .embed import Embedder
@@ -42,4 +42,4 @@ class Answerer(Searcher, Protocol):
 
     def answer_hits(self, question: str, k: int = 5) -> list[Hit]: ...
 
-    def advise(self, scenario: Any) -> Any: ...
+    def advise(self, scenario: Any, among: Sequence[str] = ()) -> Any: ...

@@ -180,10 +180,14 @@ def asks_about_a_framework(question: str) -> bool:
     return not parse_free_text(question).stated()
 
 
-def compared_candidates(question: str) -> tuple[str, ...]:
-    """The Advisor's candidates a question weighs against each other ("JAX or PyTorch for PDEs?"), two or more."""
+def compared_candidates(question: str, known: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The Advisor's candidates a question weighs against each other ("JAX or PyTorch for PDEs?"), two or more. A
+    framework named as what the team knows (`known`, the situation's) is background, not one of them, while two
+    others are named ("a team that knows TensorFlow: PaddlePaddle or PyTorch?")."""
     names = _candidates(find_frameworks(question), stack_as_one=False)
-    return tuple(names) if len(names) >= 2 else ()
+    background = _candidates(known, stack_as_one=False)
+    asked = [c for c in names if c not in background]
+    return tuple(asked) if len(asked) >= 2 else tuple(names) if len(names) >= 2 else ()
 
 
 def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previous: Turn | None = None,
@@ -202,7 +206,7 @@ def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previou
         kind = OUT_OF_SCOPE
     situation = situation_from_turns([*(user_turns or []), question])
     situation.lang = lang
-    compared = instead_of(standalone, previous) or compared_candidates(standalone)
+    compared = instead_of(standalone, previous) or compared_candidates(standalone, situation.known_frameworks)
     return Route(question, standalone, kind, situation, tuple(find_frameworks(standalone)),
                  compared, lexicon.asks_for_several(standalone),
                  article, decision, p, by)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import conversations, stopping
@@ -363,16 +363,17 @@ class AssistantService:
         _ = self.retriever
 
     # ---- advisor ------------------------------------------------------------------------------
-    def advise(self, scenario: Any) -> Any:
-        """The Advisor's answer for a scenario (fields, free text or both); a free text longer than
-        settings.max_advice_chars is a 413 in the text's language."""
+    def advise(self, scenario: Any, among: Sequence[str] = ()) -> Any:
+        """The Advisor's answer for a scenario (fields, free text or both), among the candidates a question weighs
+        (`among`, see advisor.advise); a free text longer than settings.max_advice_chars is a 413 in the text's
+        language."""
         text = scenario if isinstance(scenario, str) else (
             scenario.get("text") if isinstance(scenario, Mapping) else getattr(scenario, "text", ""))
         n = self.settings.max_advice_chars
         if isinstance(text, str) and len(text) > n:
             raise UserError("input_too_long", f"The description is too long (max {n} characters).",
                             f"描述过长（最多 {n} 个字符）。", 413)
-        return advise(self, scenario)
+        return advise(self, scenario, among)
 
     # ---- helpers ------------------------------------------------------------------------------
     def check_text(self, text: Any, what: str) -> str:

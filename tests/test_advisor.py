@@ -147,6 +147,22 @@ def test_what_would_change_reports_a_different_top(adv_service):
         assert alt["ranking"][0]["name"] == w["new_top"]
 
 
+def test_advice_among_the_compared_candidates_is_theirs_throughout(adv_service):
+    """"PaddlePaddle or PyTorch?" for a team that knows TensorFlow: TensorFlow ranks first among all, but the ranking,
+    table, margin, trial and what would change are the two compared (a change says which of them comes first)."""
+    s = {"text": "8 GPUs, the team knows TensorFlow, a production recommender model", "lang": "en"}
+    assert advise(adv_service, s).to_dict()["ranking"][0]["name"] == "TensorFlow"
+    among = ("PaddlePaddle", "PyTorch")
+    d = advise(adv_service, s, among).to_dict()
+    assert d["compared"] == ["PyTorch", "PaddlePaddle"]  # in the rubric's order
+    assert {r["name"] for r in d["ranking"]} == set(among) == {r["name"] for r in d["table"]["rows"]}
+    assert set(d["trial_plan"]["candidates"]) == set(among) and {d["margin"]["top"], d["margin"]["runner_up"]} == set(among)
+    assert d["what_would_change"] and all(w["new_top"] in among and "TensorFlow" not in w["text"]
+                                          for w in d["what_would_change"])
+    alone = advise(adv_service, s, ("PyTorch", "Keras")).to_dict()  # fewer than two of the rubric's: all ranked
+    assert alone["compared"] == [] and alone["ranking"][0]["name"] == "TensorFlow"
+
+
 def _changed(scenario: dict, w: dict) -> dict:
     if w["field"] == "known_frameworks":
         return {"known_frameworks": [w["value"]]}

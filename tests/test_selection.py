@@ -113,6 +113,27 @@ def test_comparison_is_restricted_to_the_named_candidates(scripted_service):
         svc.close()
     assert compared_candidates("JAX or PyTorch for PDEs?") == ("JAX", "PyTorch")
     assert compared_candidates("DeepSpeed 和 Megatron-LM 哪个好") == ("PyTorch + DeepSpeed", "PyTorch + Megatron-LM")
+    # what the team knows is background while two others are compared, one of them when it is compared
+    assert compared_candidates("Our team knows TensorFlow: PaddlePaddle or PyTorch?", ["TensorFlow"]) == (
+        "PaddlePaddle", "PyTorch")
+    assert compared_candidates("团队熟悉 PyTorch，DeepSpeed 还是 Megatron-LM？", ["PyTorch"]) == (
+        "PyTorch + DeepSpeed", "PyTorch + Megatron-LM")
+    assert compared_candidates("We know PyTorch; PyTorch or JAX for PDEs?", ["PyTorch"]) == ("PyTorch", "JAX")
+
+
+def test_a_comparison_for_a_team_that_knows_a_third_framework_answers_between_the_two(scripted_service):
+    """The Advisor ranks TensorFlow first for a team that knows it; asked "PaddlePaddle or PyTorch?", the answer
+    recommends one of the two, and neither a "why not" nor what would change names TensorFlow as a candidate."""
+    svc = scripted_service()
+    try:
+        ans = svc.ask("We have 8 GPUs and a team that knows TensorFlow; should we pick PaddlePaddle or PyTorch for a "
+                      "production recommendation model?")
+        assert recommended_candidate(first_claim(ans.answer)) in {"PaddlePaddle", "PyTorch"}
+        assert ans.advice["compared"] and {r["name"] for r in ans.advice["ranking"]} == {"PaddlePaddle", "PyTorch"}
+        assert "Why not TensorFlow" not in ans.answer and "TensorFlow would rank first" not in ans.answer
+        assert "instead of TensorFlow" not in ans.answer
+    finally:
+        svc.close()
 
 
 def test_why_not_another_framework_after_a_recommendation_says_what_counts_against_it(scripted_service):

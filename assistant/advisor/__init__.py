@@ -11,6 +11,7 @@ Owns the assembly of an Advice (its types and JSON are advice.py's) and the numb
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..interfaces import Searcher
@@ -54,11 +55,16 @@ class _Citations:
         return Reason(fact.claim[lang], [self.cite(fact)], fact.criterion, fact.points, fact.source, self.evidence(fact))
 
 
-def advise(service: Searcher, scenario: Scenario | dict[str, Any] | str) -> Advice:
+def advise(service: Searcher, scenario: Scenario | dict[str, Any] | str, among: Sequence[str] = ()) -> Advice:
+    """The Advice for a scenario; `among`: the candidates a question weighs against each other ("JAX or PyTorch?"),
+    then the ranking, table, margin, what would change and the trial are theirs (with fewer than two of the rubric's
+    candidates named, all are ranked)."""
     sc = to_scenario(scenario)
     rubric = load_rubric()
     resolved = resolve_facts(service, rubric, sc.lang)
-    ranked = score(rubric, sc, resolved)
+    among = [n for n in rubric.candidates if n in among]
+    among = among if len(among) >= 2 else []
+    ranked = score(rubric, sc, resolved, among)
     cites = _Citations(resolved)
     lang = sc.lang
     ranking = [_ranking_entry(rubric, cs, cites, lang) for cs in ranked]
@@ -67,14 +73,14 @@ def advise(service: Searcher, scenario: Scenario | dict[str, Any] | str) -> Advi
         nums = sorted({n for r in entry.reasons for n in r.citations} |
                       {n for cell in row.cells.values() for n in cell.citations})
         entry.citations = [cites.records[n - 1] for n in nums]
-    changes = what_would_change(rubric, sc, resolved, ranked, cites)
+    changes = what_would_change(rubric, sc, resolved, ranked, cites, among)
     plan = _trial_plan(rubric, ranked, cites, lang)
     dropped = sorted(f.id for f in rubric.facts if f.id not in resolved)
     margin = _margin(rubric, ranked)
     tie = _tie(rubric, ranked, cites, lang)
     return Advice(ranking=ranking, table=table, what_would_change=changes, trial_plan=plan, citations=cites.records,
                   scenario=sc.to_dict(), language=lang, summary=_summary(ranked, margin, tie, lang),
-                  dropped_facts=dropped, margin=margin, tie=tie)
+                  dropped_facts=dropped, margin=margin, tie=tie, compared=among)
 
 
 # ---- ranking and table ---------------------------------------------------------------------------
@@ -145,13 +151,14 @@ def _variations(sc: Scenario) -> list[tuple[str, Any, Scenario]]:
 
 
 def what_would_change(rubric: Rubric, sc: Scenario, resolved: dict[str, Any], ranked: list[CandidateScore],
-                      cites: _Citations, limit: int = 6) -> list[Change]:
-    """Re-run the rubric with one field changed; report the changes that change the top choice."""
+                      cites: _Citations, among: Sequence[str] = (), limit: int = 6) -> list[Change]:
+    """Re-run the rubric (among the same candidates) with one field changed; report the changes that change the top
+    choice."""
     lang, top = sc.lang, ranked[0]
     out: list[Change] = []
     seen: set[tuple[str, str]] = set()
     for fld, value, alt in _variations(sc):
-        new = score(rubric, alt, resolved)[0]
+        new = score(rubric, alt, resolved, among)[0]
         if new.name == top.name or (fld, new.name) in seen:
             continue
         facts = sorted((f for fs in new.facts.values() for f in fs if f.points > 0 and _depends_on(f, fld)),

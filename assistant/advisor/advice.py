@@ -162,10 +162,11 @@ class Advice:
     dropped_facts: list[str]  # rubric facts no passage of the index states (left out of the scoring)
     margin: Margin
     tie: Tie | None = None
+    compared: list[str] = field(default_factory=list)  # the candidates the question weighs ([]: all are ranked)
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary, "margin": asdict(self.margin), "tie": asdict(self.tie) if self.tie else None,
                 "ranking": [r.to_dict() for r in self.ranking], "table": asdict(self.table),
                 "what_would_change": [asdict(w) for w in self.what_would_change], "trial_plan": asdict(self.trial_plan),
                 "citations": [c.to_dict(link=True) for c in self.citations], "scenario": self.scenario,
-                "language": self.language, "dropped_facts": self.dropped_facts}
+                "language": self.language, "dropped_facts": self.dropped_facts, "compared": self.compared}

@@ -10,6 +10,7 @@ This module does not build the Advice (see __init__.py) and never calls the lang
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -166,10 +167,12 @@ class CandidateScore:
     facts: dict[str, list[Fact]]  # criterion -> applicable resolved facts
 
 
-def score(rubric: Rubric, sc: Scenario, resolved: dict[str, Any]) -> list[CandidateScore]:
-    """Rank the candidates, best first; ties broken by the rubric's candidate order."""
+def score(rubric: Rubric, sc: Scenario, resolved: dict[str, Any], among: Sequence[str] = ()) -> list[CandidateScore]:
+    """Rank the candidates (those of `among` when given), best first; ties broken by the rubric's candidate order."""
     out = []
     for name in rubric.candidates:
+        if among and name not in among:
+            continue
         base = rubric.bases[name]
         per: dict[str, list[Fact]] = {c: [] for c in rubric.weights}
         for fact in rubric.facts:

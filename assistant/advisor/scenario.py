@@ -228,7 +228,7 @@ _GOALS = (("localisation", r"国产|信创|自主可控|domestic|locali[sz]|去�
           ("heterogeneous_memory", r"异构内存|cpu\s*内存|显存加|heterogeneous memory|cpu memory"),
           ("memory_limited", r"显存.{0,4}不够|显存不足|放不下|超出显存|超过显存|装不下|exceeds? (?:the )?(?:gpu )?memory|"
                              r"(?:larger|bigger) than (?:the |our )?(?:gpu )?memory|out of (?:gpu )?memory|\boom\b|single \d+\s*gb|单卡|limited gpu memory|"
-                             r"doesn't fit|does not fit|won't fit|显存有限"),
+                             r"(?:doesn't|does not|don't|do not|won't|will not) fit|显存有限"),  # plural: blind-sel-en-12
           ("few_code_changes", r"少改代码|不改代码|without rewriting|without changing|few code changes|minimal code"),
           ("debugging", r"调试|debug|pdb"), ("functional", r"函数式|functional|jit|vmap|可组合|composable"),
           ("end_to_end_pipeline", r"端到端|end-to-end|tfx|ml 管道|ml pipeline|production pipeline|mlops|全流程"),

@@ -56,10 +56,10 @@ class SelectionPlan:
     advice: dict[str, Any] = field(default_factory=dict)  # the Advice's JSON, as the answer carries it (Answer.advice)
 
 
-def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str,
-         restrict: list[str] | None = None) -> SelectionPlan:
-    """The selection answer's parts from the Advisor's result; `passage` looks a chunk up by id."""
-    ranking = [r for r in advice.ranking if not restrict or r.name in restrict] or advice.ranking
+def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str) -> SelectionPlan:
+    """The selection answer's parts from the Advisor's result (ranked among the candidates the question compares,
+    when it compares some); `passage` looks a chunk up by id."""
+    ranking = advice.ranking
     records = {c.n: c for c in advice.citations}
     numbers: Numbering[int] = Numbering()  # the Advice's passage number -> the answer's
     sources: list[PromptSource] = []
@@ -93,13 +93,15 @@ def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str,
             if n:
                 reasons.append((_claim(r), n))  # the citation shows it is the article; the prefix goes
     against: list[tuple[str, str, int]] = []
-    compared = restrict or []
-    for other in ranking[1:] if compared else []:  # "JAX or PyTorch?", "Why not PyTorch?": what counts against it
-        worst = min((x for x in other.reasons if x.points < 0), key=lambda x: x.points, default=None)
+    # what counts against the recommendation too (the same criterion, the same passage) says nothing of the other
+    shared = {(x.criterion, tuple(x.citations)) for x in top.reasons if x.points < 0}
+    for other in ranking[1:] if advice.compared else []:  # "JAX or PyTorch?", "Why not PyTorch?": what counts against it
+        worst = min((x for x in other.reasons if x.points < 0 and (x.criterion, tuple(x.citations)) not in shared),
+                    key=lambda x: x.points, default=None)
         if other.name not in recommended and worst is not None and (n := cite(worst)):
             against.append((other.name, _claim(worst), n))
-    change = None  # when the question compares candidates, a change that puts one of them first comes first
-    for ch in sorted(advice.what_would_change, key=lambda ch: bool(compared) and ch.new_top not in compared):
+    change = None
+    for ch in advice.what_would_change:
         if ch.new_top in recommended or not ch.reasons:
             continue
         n = cite(ch.reasons[0])
@@ -271,7 +273,7 @@ def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tupl
     """The checked model text without the factual sentences that add to the facts they cite, then (when
     `complete`, i.e. the answer was not stopped) every deciding fact that no kept sentence restates, in the
     Advisor's words. Returns the text and the sentences that gave way. (The selection check makes no passage quotes,
-    service._selection_events, so every kept sentence is the model's.)"""
+    answering/choose.py, so every kept sentence is the model's.)"""
     by_n: dict[int, list[str]] = {}
     for claim, n in p.reasons:
         by_n.setdefault(n, []).append(claim)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from .. import conversations, stopping
@@ -54,7 +54,7 @@ class Service(Parts, Protocol):
     def evidence(self, question: str, hits: list[Hit], count_tokens: Any = None,
                  pinned: pinning.PinnedContext = pinning.NONE, several: bool = False,
                  article: bool = False) -> list[Source]: ...
-    def advise(self, scenario: Any) -> Any: ...
+    def advise(self, scenario: Any, among: Sequence[str] = ()) -> Any: ...
     def passage(self, chunk_id: str) -> Chunk | None: ...
     def check_text(self, text: Any, what: str) -> str: ...
     def kind_classifier(self) -> Any: ...
@@ -225,15 +225,15 @@ class Answerer:
 
     def selection(self, route: router.Route) -> selection.SelectionPlan | None:
         """The Advisor's ranking for the situation of the conversation so far (the Route's), as a selection answer's
-        parts, restricted to the candidates the question compares; None when the Advisor cannot rank (the fact path
-        answers then)."""
+        parts, among the candidates the question compares; None when the Advisor cannot rank (the fact path answers
+        then)."""
         svc = self.service
         try:
-            advice = svc.advise(route.situation.replace())
+            advice = svc.advise(route.situation.replace(), route.compared)
         except (UserError, ValueError, KeyError, IndexError) as exc:  # e.g. no rubric fact resolves in this index
             log.warning("selection question answered on the fact path: the Advisor failed (%s)", exc)
             return None
-        sel = selection.plan(advice, svc.passage, route.situation.lang, restrict=list(route.compared))
+        sel = selection.plan(advice, svc.passage, route.situation.lang)
         return sel if sel.sources else None
 
 
