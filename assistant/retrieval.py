@@ -140,6 +140,18 @@ class Retriever:
                 self._texts.pop(next(iter(self._texts)))
         return self._texts[key]
 
+    def around(self, chunk: Chunk) -> list[Chunk]:
+        """The chunk with the passages just before and after it in its section (same document and heading path), in
+        document order; [chunk] when it has none or is not of this generation."""
+        row = self.snap.row_of.get(chunk.id)
+        if row is None:
+            return [chunk]
+        chunks = self.snap.chunks
+
+        def same(r: int) -> bool:
+            return 0 <= r < len(chunks) and (chunks[r].source, chunks[r].heading_path) == (chunk.source, chunk.heading_path)
+        return [chunks[r] for r in (row - 1, row, row + 1) if r == row or same(r)]
+
     def query_vector(self, query: str, translation: str | None = None) -> np.ndarray:
         """The query's own embedding, as search embedded it (the router's classifier reads it: not embedded twice)."""
         return self._query_vectors(query, translation)[0]

@@ -254,12 +254,13 @@ class AssistantService:
 
     def evidence(self, question: str, hits: list[Hit], count_tokens: Callable[[str], int] | None = None,
                  pinned: pinning.PinnedContext = pinning.NONE, several: bool = False,
-                 article: bool = False) -> list[Source]:
-        """The evidence an answer's prompt carries for these hits (the settings' budget and floor), after the pinned
-        context when one is given; benchmarks that run their own model pass its `count_tokens` so the service's
-        model is not loaded. `several`, `article`: the question's Route says them."""
+                 article: bool = False, retriever: Retriever | None = None) -> list[Source]:
+        """The evidence an answer's prompt carries for these hits (the settings' budget and floor, with their section
+        neighbours in the generation `retriever` searched, the live one by default), after the pinned context when
+        one is given; benchmarks that run their own model pass its `count_tokens` so the service's model is not
+        loaded. `several`, `article`: the question's Route says them."""
         return pipeline.evidence(question, hits, self.pipeline_config, count_tokens or self.llm.count_tokens,
-                                 self.embedder, pinned, several, article)
+                                 self.embedder, pinned, several, article, (retriever or self.retriever).around)
 
     def prompt_messages(self, question: str, count_tokens: Callable[[str], int] | None = None) -> list[Message]:
         """The messages the product sends the model for a question, for benchmarks to replay (answering.Answerer)."""

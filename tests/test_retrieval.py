@@ -88,6 +88,18 @@ def test_a_named_frameworks_own_passages_are_always_candidates(retriever: Retrie
         "PaddlePaddle" in h.chunk.frameworks for h in without), (_sources(with_named), _sources(without))
 
 
+def test_around_is_a_passage_s_neighbours_within_its_section(retriever: Retriever) -> None:
+    """DeepSpeed's pipeline tutorial lists three partitioning methods, cut into chunks: the last item's neighbour is
+    the chunk with the default one; a section's first chunk has no neighbour from the section before."""
+    chunks = retriever.snap.chunks
+    last = next(c for c in chunks if c.text.startswith('* `partition_method="uniform"`'))
+    window = retriever.around(last)
+    assert window[-1] == last and len(window) == 2 and '(**default**)' in window[0].text
+    assert {(c.source, c.heading_path) for c in window} == {(last.source, last.heading_path)}
+    first = next(c for c in chunks if c.heading_path == last.heading_path and c.source == last.source)
+    assert retriever.around(first)[0] == first
+
+
 def test_filters(retriever: Retriever) -> None:
     zh = retriever.search("pipeline parallelism", k=5, filters=Filters(language="zh"))
     assert zh and all(h.chunk.language == "zh" for h in zh)

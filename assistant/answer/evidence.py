@@ -1,10 +1,11 @@
 """Evidence selection: which sentences of the retrieved passages go into the prompt, within a token budget.
 
 The prompt is what costs time on a CPU (prefill ~64 tok/s for the 1.5B model on 2 cores), so the model
-is shown the sentences that matter, not whole chunks. Every sentence of the top passages is scored
-against the question by meaning (the embedder, which also bridges Chinese and English) and by shared
-terms (with the cross-language aliases); each passage first contributes its best sentence, in rank order
-(so a comparison keeps evidence for each side), then the best remaining sentences fill the budget.
+is shown the sentences that matter, not whole chunks. Every sentence of the top passages, and of the passages
+next to them in their sections that a list runs on into (a list cut between chunks), is scored against the question by
+meaning (the embedder, which also bridges Chinese and English) and by shared terms (with the cross-language
+aliases); each retrieved passage first contributes its best sentence, in rank order (so a comparison keeps
+evidence for each side), then the best remaining sentences fill the budget.
 Duplicates are dropped, a sentence scoring under `floor` x the best one stays out (a weak passage's best
 sentence, a table of contents, a list of paper titles: tokens the model reads for nothing), and the kept
 sentences of a passage stay in their original order.
@@ -19,8 +20,8 @@ import numpy as np
 
 from ..embed import Embedder
 from ..frameworks import expand_terms, find_frameworks, frameworks_of, sentence_frameworks
-from ..text import content_terms, normalise, split_sentences, starts_with_pronoun
-from ..types import Hit
+from ..text import LIST_ITEM, content_terms, normalise, split_sentences, starts_with_pronoun
+from ..types import Chunk, Hit
 from .policy import addresses_the_model
 from .prompt import Source
 
@@ -33,17 +34,23 @@ DEFAULT_MAX_SOURCES = 4
 
 
 def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str], int], budget: int,
-                    max_sources: int = DEFAULT_MAX_SOURCES, embedder: Embedder | None = None, floor: float = 0.0) -> list[Source]:
+                    max_sources: int = DEFAULT_MAX_SOURCES, embedder: Embedder | None = None, floor: float = 0.0,
+                    around: Callable[[Chunk], list[Chunk]] | None = None) -> list[Source]:
+    """`around(chunk)`: the chunk with the passages just before and after it in its section, in document order
+    (Retriever.around); where a list runs on between a hit and such a neighbour (a list cut between chunks: its
+    lead-in ranked, the item the question asks for in the next chunk), the neighbour's sentences compete for the
+    budget beside the hit's, without a place of their own."""
     hits = hits[:max_sources]
     if not hits:
         return []
+    passages = _with_neighbours(hits, around)
     q_terms = _weighted_terms(question)
-    cands: list[tuple[int, int, str]] = []  # (hit index, sentence index, text)
-    for hi, hit in enumerate(hits):
-        cands += [(hi, si, s) for si, s in enumerate(split_sentences(hit.chunk.text)) if not _is_reference(s)]
+    cands: list[tuple[int, int, str]] = []  # (passage index, sentence index, text)
+    for pi, (hit, _rank) in enumerate(passages):
+        cands += [(pi, si, s) for si, s in enumerate(split_sentences(hit.chunk.text)) if not _is_reference(s)]
     scores = _scores(question, q_terms, [c[2] for c in cands], embedder)
-    # a small prior for the passage's rank, so ties go to the better passage
-    scores = [s + 0.05 / (1 + cands[i][0]) for i, s in enumerate(scores)]
+    # a small prior for the passage's rank (a neighbour has its hit's), so ties go to the better passage
+    scores = [s + 0.05 / (1 + abs(passages[cands[i][0]][1])) for i, s in enumerate(scores)]
 
     chosen: set[int] = set()
     seen: set[str] = set()
@@ -63,8 +70,8 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
         used += t
 
     order = sorted(range(len(cands)), key=lambda i: -scores[i])
-    for hi in range(len(hits)):  # each passage's best sentence, in rank order
-        best = next((i for i in order if cands[i][0] == hi), None)
+    for pi in sorted((pi for pi, (_, rank) in enumerate(passages) if rank >= 0), key=lambda pi: passages[pi][1]):
+        best = next((i for i in order if cands[i][0] == pi), None)  # each hit's best sentence, in rank order
         if best is not None:
             take(best, first=not chosen)
     for i in order:  # then the best sentences overall
@@ -72,11 +79,41 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
             take(i, first=False)
 
     out: list[Source] = []
-    for hi, hit in enumerate(hits):
-        kept = [cands[i][2] for i in sorted(chosen, key=lambda i: cands[i][1]) if cands[i][0] == hi]
+    for pi, (hit, _rank) in enumerate(passages):
+        kept = [cands[i][2] for i in sorted(chosen, key=lambda i: cands[i][1]) if cands[i][0] == pi]
         if kept:
             out.append(Source(len(out) + 1, hit, " ".join(kept)))
     return out
+
+
+def _with_neighbours(hits: list[Hit], around: Callable[[Chunk], list[Chunk]] | None) -> list[tuple[Hit, int]]:
+    """The hits with the neighbouring passages of their sections that a list runs on into, in document order around
+    each hit: (passage, rank), a neighbour's rank being -(1 + its hit's). A passage comes once, as a hit if it is one."""
+    if around is None:
+        return [(h, r) for r, h in enumerate(hits)]
+    ids = {h.chunk.id for h in hits}
+    out: list[tuple[Hit, int]] = []
+    for rank, hit in enumerate(hits):
+        window = around(hit.chunk)
+        at = next((i for i, c in enumerate(window) if c.id == hit.chunk.id), None)
+        if at is None:
+            window, at = [hit.chunk], 0
+        for i, c in enumerate(window):
+            if i == at:
+                out.append((hit, rank))
+            elif c.id not in ids and _runs_on(*((c, hit.chunk) if i < at else (hit.chunk, c))):
+                ids.add(c.id)
+                out.append((Hit(c, hit.score), -(1 + rank)))
+    return out
+
+
+def _runs_on(first: Chunk, then: Chunk) -> bool:
+    """A list runs on from `first` into the chunk after it, `then`: `then` starts with a list item and `first` ends
+    with its lead-in (a colon) or within a list (its last paragraph has an item)."""
+    if not LIST_ITEM.match(then.text.lstrip()):
+        return False
+    tail = re.split(r"\n\s*\n", first.text.strip())[-1]
+    return tail.endswith((":", "：")) or any(LIST_ITEM.match(line.strip()) for line in tail.splitlines())
 
 
 def best_sentence(question: str, sources: list[Source], embedder: Embedder | None = None,

@@ -21,7 +21,7 @@ from typing import Any
 from ..embed import Embedder
 from ..frameworks import names_only
 from ..llm.base import ChatModel, Message
-from ..types import Citation, Hit
+from ..types import Chunk, Citation, Hit
 from .citations import CitationChecker, quoted_answer, renumber
 from .evidence import DEFAULT_MAX_SOURCES, best_sentence, select_evidence
 from .pinned import NONE, PinnedContext
@@ -115,13 +115,14 @@ def pinned_shown(hits: list[Hit], pinned: PinnedContext = NONE, focus: list[int]
 
 def evidence(question: str, hits: list[Hit], config: PipelineConfig, count_tokens: Callable[[str], int],
              embedder: Embedder, pinned: PinnedContext = NONE, several: bool = False,
-             article: bool = False) -> list[Source]:
+             article: bool = False, around: Callable[[Chunk], list[Chunk]] | None = None) -> list[Source]:
     """The evidence an answer's prompt carries for these hits, within the token budget and above the floor; with a
     pinned context, only passages of other documents (extra_hits), numbered after the pinned ones. `several`: the
-    question asks for several items; `article`: it is about the pinned article (its Route says both)."""
+    question asks for several items; `article`: it is about the pinned article (its Route says both); `around`: a
+    hit's section neighbours (select_evidence)."""
     budget, max_sources = evidence_budget(several, config)
     chosen = select_evidence(question, extra_hits(hits, pinned, article), count_tokens, budget, max_sources=max_sources,
-                             embedder=embedder, floor=config.evidence_floor)
+                             embedder=embedder, floor=config.evidence_floor, around=around)
     return [Source(s.n + pinned.k, s.hit, s.text) for s in chosen]
 
 
