@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,11 +47,11 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
     passages = _with_neighbours(hits, around)
     q_terms = _weighted_terms(question)
     cands: list[tuple[int, int, str]] = []  # (passage index, sentence index, text)
-    for pi, (hit, _rank) in enumerate(passages):
-        cands += [(pi, si, s) for si, s in enumerate(split_sentences(hit.chunk.text)) if not _is_reference(s)]
+    for pi, p in enumerate(passages):
+        cands += [(pi, si, s) for si, s in enumerate(split_sentences(p.hit.chunk.text)) if not _is_reference(s)]
     scores = _scores(question, q_terms, [c[2] for c in cands], embedder)
-    # a small prior for the passage's rank (a neighbour has its hit's), so ties go to the better passage
-    scores = [s + 0.05 / (1 + abs(passages[cands[i][0]][1])) for i, s in enumerate(scores)]
+    # a small prior for the passage's rank (a neighbour just below its hit), so ties go to the better passage
+    scores = [s + 0.05 / (1 + passages[c[0]].rank + passages[c[0]].neighbour) for s, c in zip(scores, cands, strict=True)]
 
     chosen: set[int] = set()
     seen: set[str] = set()
@@ -70,8 +71,8 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
         used += t
 
     order = sorted(range(len(cands)), key=lambda i: -scores[i])
-    for pi in sorted((pi for pi, (_, rank) in enumerate(passages) if rank >= 0), key=lambda pi: passages[pi][1]):
-        best = next((i for i in order if cands[i][0] == pi), None)  # each hit's best sentence, in rank order
+    for pi in (pi for pi, p in enumerate(passages) if not p.neighbour):  # hits come in rank order
+        best = next((i for i in order if cands[i][0] == pi), None)  # each hit's best sentence
         if best is not None:
             take(best, first=not chosen)
     for i in order:  # then the best sentences overall
@@ -79,20 +80,26 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
             take(i, first=False)
 
     out: list[Source] = []
-    for pi, (hit, _rank) in enumerate(passages):
+    for pi, p in enumerate(passages):
         kept = [cands[i][2] for i in sorted(chosen, key=lambda i: cands[i][1]) if cands[i][0] == pi]
         if kept:
-            out.append(Source(len(out) + 1, hit, " ".join(kept)))
+            out.append(Source(len(out) + 1, p.hit, " ".join(kept)))
     return out
 
 
-def _with_neighbours(hits: list[Hit], around: Callable[[Chunk], list[Chunk]] | None) -> list[tuple[Hit, int]]:
+class _Passage(NamedTuple):
+    hit: Hit
+    rank: int  # the hit's rank (a neighbour's: its hit's)
+    neighbour: bool  # read because a list runs on into it from the hit
+
+
+def _with_neighbours(hits: list[Hit], around: Callable[[Chunk], list[Chunk]] | None) -> list[_Passage]:
     """The hits with the neighbouring passages of their sections that a list runs on into, in document order around
-    each hit: (passage, rank), a neighbour's rank being -(1 + its hit's). A passage comes once, as a hit if it is one."""
+    each hit. A passage comes once, as a hit if it is one."""
     if around is None:
-        return [(h, r) for r, h in enumerate(hits)]
+        return [_Passage(h, r, False) for r, h in enumerate(hits)]
     ids = {h.chunk.id for h in hits}
-    out: list[tuple[Hit, int]] = []
+    out: list[_Passage] = []
     for rank, hit in enumerate(hits):
         window = around(hit.chunk)
         at = next((i for i, c in enumerate(window) if c.id == hit.chunk.id), None)
@@ -100,10 +107,10 @@ def _with_neighbours(hits: list[Hit], around: Callable[[Chunk], list[Chunk]] | N
             window, at = [hit.chunk], 0
         for i, c in enumerate(window):
             if i == at:
-                out.append((hit, rank))
+                out.append(_Passage(hit, rank, False))
             elif c.id not in ids and _runs_on(*((c, hit.chunk) if i < at else (hit.chunk, c))):
                 ids.add(c.id)
-                out.append((Hit(c, hit.score), -(1 + rank)))
+                out.append(_Passage(Hit(c, hit.score), rank, True))
     return out
 
 
