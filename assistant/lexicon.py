@@ -78,11 +78,18 @@ INSTEAD = Wording("instead", (
     r"\b(?:what|how) about\b|为什么不|为啥不|怎么不|不行吗|不行么|不可以吗|不考虑|而不是|不选|不用|换成|改用|"
     r"(?:用|选).{0,40}(?:可以|行|好)吗"), "selfu-en-09#1 (its turn before decides, so not among the phrasings)",
                   "Why not PyTorch?")
+# asks a question of its own, beyond "what if" / "what about": a wh-word, "吗", or an English yes/no question's
+# auxiliary ("How do we install it on a TPU VM?"); a follow-up that only changes the situation asks none of these
+# ("如果明年要上线到生产环境呢？", "What if it must run on domestic Ascend NPUs?")
+OWN_QUESTION = Wording("own_question", (
+    r"什么|哪|怎么|怎样|如何|多少|为什么|为何|吗|\b(?:how|which|who|whose|where|when|why)\b|\bwhat\b(?!\s+(?:if|about)\b)|"
+    r"^\W*(?:(?:and|so|but|then)\s+)?(?:do|does|did|is|are|was|were|can|could|will|would|should|shall|may|must|has|have)\b"),
+    "selfu-en-15#2", "How do we install it on a TPU VM?")
 # a documentation "is recommended for" is not a request for a recommendation
 PASSIVE = Wording("passive", r"\b(is|are) recommended\b|推荐的", "fact-en-11")
 # a choice inside one framework ("其中哪个适合……" after "Colossal-AI 有哪些 booster 插件？", "which ZeRO stage fits"):
 # a fact about that framework's options, not a choice between frameworks
-WITHIN = Wording("within", r"其中|哪(个|一个|种)(插件|策略|阶段|模式|接口|并行方式|配置|参数|版本|stage|api|plugin)|"
+WITHIN = Wording("within", r"其中|哪(个|一个|种)\s*(插件|策略|阶段|模式|接口|并行方式|配置|参数|版本|stage|api|plugin)|"
                  r"\bwhich (of (its|the) )?([\w-]+ )?(plugin|strategy|stage|mode|api|option|setting|parallelism|version)s?\b",
                  "fu-zh-06#1")
 # asks what to use or for a recommendation, in any words: with an unsure classifier, such a question goes to the
@@ -141,7 +148,7 @@ NEGATION = Wording("negation", (
     "dev fact-zh-17 (the model's answer); a question kept out of the evaluation sets",
     "DeepSpeed 提供了流水线并行训练，对 GPU 总数没有要求。")
 
-ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, COMPARE, INSTEAD, PASSIVE, WITHIN, WHAT_TO_USE, SEVERAL, ARTICLE,
+ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, OWN_QUESTION, COMPARE, INSTEAD, PASSIVE, WITHIN, WHAT_TO_USE, SEVERAL, ARTICLE,
        PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION, PRICE, PRICE_STATED, NEGATION)
 
 

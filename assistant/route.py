@@ -12,9 +12,9 @@ already embedded it) says how likely a selection it is. Sure either way (P >= SU
 between the two, the wording rules decide (advisor/intent.py over assistant/lexicon.py), and a question that asks
 what to use without naming a framework goes to the Advisor, whose answer carries its reason and citation. Without an
 embedder the wording rules decide alone. A choice among one framework's own options ("其中哪个插件…") is a fact
-whatever the classifier says; a follow-up to a selection that only changes the situation ("what if we had TPUs?") is
-a selection, and so is one that asks about another framework in place of the recommended one ("Why not PyTorch?"):
-the two are then the candidates it compares.
+whatever the classifier says; a follow-up to a selection that only changes the situation ("如果只有 NVIDIA GPU 呢？",
+read in the user's words) is a selection among the candidates the turn before compared, and so is one that asks about
+another framework in place of the recommended one ("Why not PyTorch?"): the two are then the candidates it compares.
 
 Owns the rewrite, the kind and what the session store keeps of a turn for the next one (`remembered`). Does not
 retrieve, refuse (policy.decide) or answer.
@@ -50,12 +50,13 @@ class Turn:
     standalone: str = ""
     kind: str = ""
     recommended: tuple[str, ...] = ()  # the frameworks a selection answer recommended
+    compared: tuple[str, ...] = ()  # the Advisor's candidates its question weighed against each other
 
     @classmethod
     def from_message(cls, question: str, stored: dict[str, Any]) -> Turn:
         r = stored.get("route") or {}
         return cls(question, stored.get("standalone_question") or question, r.get("kind", ""),
-                   tuple(r.get("recommended") or ()))
+                   tuple(r.get("recommended") or ()), tuple(r.get("compared") or ()))
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class Route:
 
 def remembered(route: Route, recommended: list[str] | None = None) -> dict[str, Any]:
     """What the session store keeps of this turn for the next one's rewrite and kind."""
-    return {"kind": route.kind, "recommended": find_frameworks(" ".join(recommended or []))}
+    return {"kind": route.kind, "recommended": find_frameworks(" ".join(recommended or [])),
+            "compared": list(route.compared)}
 
 
 # ---- the follow-up rewrite ------------------------------------------------------------------------------------
@@ -137,12 +139,21 @@ def kind_of(standalone: str, asked: str, lang: str, previous: Turn | None = None
         sel, by = False, "about a framework"
     if not sel and previous is not None and previous.kind == SELECTION:
         # "what if we had TPUs?" after a recommendation: the situation changed
-        if not find_frameworks(standalone) and parse_free_text(standalone).stated() & _CHANGES_A_CHOICE:
+        if changes_the_situation(asked):
             return SELECTION, "follow-up"
         # "Why not PyTorch?" after JAX: the two weighed for the same situation (`instead_of`)
         if instead_of(standalone, previous):
             return SELECTION, "follow-up"
     return (SELECTION if sel else FACT), by
+
+
+def changes_the_situation(asked: str) -> bool:
+    """The user's own words (before the rewrite named the recommended framework in them) only change the situation
+    of the choice before: they name no framework, state a field the choice reads and ask no question of their own
+    ("如果只有 NVIDIA GPU 呢？", "What if it must run on domestic Ascend NPUs?"; not "How do we install it on a TPU VM?",
+    which states hardware and asks how to install)."""
+    return (not find_frameworks(asked) and not lexicon.OWN_QUESTION.search(asked)
+            and bool(parse_free_text(asked).stated() & _CHANGES_A_CHOICE))
 
 
 def instead_of(question: str, previous: Turn | None) -> tuple[str, ...]:
@@ -206,7 +217,14 @@ def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previou
         kind = OUT_OF_SCOPE
     situation = situation_from_turns([*(user_turns or []), question])
     situation.lang = lang
-    compared = instead_of(standalone, previous) or compared_candidates(standalone, situation.known_frameworks)
+    if kind == SELECTION and previous is not None and previous.kind == SELECTION and not find_frameworks(question):
+        # the choice asked again for a new situation ("如果只有 NVIDIA GPU 呢？"): among the candidates weighed before,
+        # and in the user's words (the rewrite's prefix named the framework recommended before, now one candidate)
+        compared = previous.compared
+        if not (lexicon.PRONOUN_ZH.search(question) or lexicon.PRONOUN_EN.search(question)):
+            standalone = question
+    else:
+        compared = instead_of(standalone, previous) or compared_candidates(standalone, situation.known_frameworks)
     return Route(question, standalone, kind, situation, tuple(find_frameworks(standalone)),
                  compared, lexicon.asks_for_several(standalone),
                  article, decision, p, by)

@@ -92,6 +92,15 @@ def test_a_follow_up_that_changes_the_situation_of_a_selection_is_a_selection():
     assert kind_of("What if we had TPUs instead?", "What if we had TPUs instead?", "en", chose, 0.1) == (SELECTION, "follow-up")
     assert kind_of("What if we had TPUs instead?", "What if we had TPUs instead?", "en", fact, 0.1)[0] == FACT
     assert kind_of("PyTorch's distributed API?", "What is its distributed API?", "en", chose, 0.1)[0] == FACT
+    # the user's own words, not the rewrite that names the recommended framework in them
+    for asked in ("如果只有 NVIDIA GPU 呢？", "What if it must run on domestic Ascend NPUs?", "如果明年要上线到生产环境呢？"):
+        assert kind_of(f"PyTorch: {asked}", asked, "zh", chose, 0.05) == (SELECTION, "follow-up"), asked
+    # a question of its own that states hardware (dev selfu-en-15), one naming a framework, an unchanged situation
+    for asked in ("How do we install it on a TPU VM?", "它怎么在 TPU 上安装？", "Does it support multiple GPUs?",
+                  "What about running on GPUs, how do I install that?", "如果用 JAX 的 pmap 呢？", "那 stage 3 呢？"):
+        assert kind_of(f"PyTorch: {asked}", asked, "en", chose, 0.05)[0] == FACT, asked
+    # a choice within the framework, the Latin word spaced from the Chinese (dev fu-zh-08)
+    assert kind_of("DeepSpeed: 显存最紧张的时候用哪个 stage？", "显存最紧张的时候用哪个 stage？", "zh", chose, 0.3) == (FACT, "within")
 
 
 def test_a_framework_asked_about_in_place_of_the_recommended_one_is_weighed_against_it():
@@ -161,7 +170,8 @@ def test_the_service_stores_the_route_the_next_turn_reads(scripted_service):
     svc = scripted_service()
     try:
         first = svc.ask("TensorFlow 的计算图是怎么管理的？")
-        assert svc.sessions.get(first.session_id)["messages"][-1]["route"] == {"kind": FACT, "recommended": []}
+        assert svc.sessions.get(first.session_id)["messages"][-1]["route"] == {"kind": FACT, "recommended": [],
+                                                                               "compared": []}
         follow = svc.ask("它的分布式 API 叫什么？", session_id=first.session_id)
         assert follow.standalone_question == "TensorFlow的分布式 API 叫什么？"
         chose = svc.ask("Which framework is best for TPU training?")

@@ -51,7 +51,7 @@ def test_follow_up_is_about_the_recommendation(service):
     first = service.ask("Which framework is best for TPU training?")
     assert first.diagnostics["selection"]["recommended"] == ["JAX"]
     stored = service.sessions.get(first.session_id)["messages"][-1]
-    assert stored["route"] == {"kind": "selection", "recommended": ["JAX"]}  # what the next turn's router reads
+    assert stored["route"] == {"kind": "selection", "recommended": ["JAX"], "compared": []}  # what the next turn's router reads
     follow = service.ask("And what about its distributed training API?", session_id=first.session_id)
     print("\n" + follow.standalone_question, "\n" + follow.answer)
     assert "JAX" in follow.standalone_question
@@ -132,6 +132,24 @@ def test_a_comparison_for_a_team_that_knows_a_third_framework_answers_between_th
         assert ans.advice["compared"] and {r["name"] for r in ans.advice["ranking"]} == {"PaddlePaddle", "PyTorch"}
         assert "Why not TensorFlow" not in ans.answer and "TensorFlow would rank first" not in ans.answer
         assert "instead of TensorFlow" not in ans.answer
+    finally:
+        svc.close()
+
+
+def test_a_follow_up_that_changes_the_hardware_of_a_comparison_compares_the_same_two_again(scripted_service):
+    """"JAX 还是 PyTorch？……有 TPU。" then "如果只有 NVIDIA GPU 呢？" (a session kept out of the sets) was rewritten
+    "JAX: 如果只有 NVIDIA GPU 呢？" and answered as a fact about installing JAX; it asks the choice again, between the
+    same two, for the new hardware, and the stored question is the user's own."""
+    svc = scripted_service()
+    try:
+        first = svc.ask("JAX 还是 PyTorch？我们做 PDE 求解器研究，有 TPU。")
+        assert recommended_candidate(first_claim(first.answer)) == "JAX"
+        ans = svc.ask("如果只有 NVIDIA GPU 呢？", session_id=first.session_id)
+        assert sorted(ans.advice["compared"]) == ["JAX", "PyTorch"]  # in the rubric's order
+        assert {r["name"] for r in ans.advice["ranking"]} == {"JAX", "PyTorch"}
+        assert ans.advice["scenario"]["hardware"] != "tpu"
+        assert ans.standalone_question == "如果只有 NVIDIA GPU 呢？"
+        assert sorted(svc.sessions.get(ans.session_id)["messages"][-1]["route"]["compared"]) == ["JAX", "PyTorch"]
     finally:
         svc.close()
 

@@ -152,7 +152,7 @@ class Answerer:
         route, near = self.route(asked, standalone, lang, found, previous, user_turns)
         user_text = "\n".join([*user_turns, question])
         answer = Answer(answer="", citations=[], refused=False, language=lang, session_id=sid, question=question,
-                        standalone_question=standalone)
+                        standalone_question=route.standalone)
         plan: Plan | None = None
         if route.selection:
             sel = self.selection(route)
