@@ -173,6 +173,27 @@ def test_why_not_another_framework_after_a_recommendation_says_what_counts_again
         svc.close()
 
 
+def test_why_not_a_candidate_nothing_counts_against_says_where_the_recommendation_leads_it(scripted_service):
+    """"Why not Colossal-AI?" after PyTorch + DeepSpeed for pre-training a 70B model on 256 A100s (a session kept out
+    of the sets) said nothing of Colossal-AI: no fact counts against it there. The answer says so and gives the
+    recommendation's reason that puts it furthest ahead of Colossal-AI, cited."""
+    svc = scripted_service()
+    try:
+        first = svc.ask("DeepSpeed or Megatron-LM for pre-training a 70B model on 256 A100s? The team knows PyTorch.")
+        ans = svc.ask("Why not Colossal-AI?", session_id=first.session_id)
+        assert recommended_candidate(first_claim(ans.answer)) == "PyTorch + DeepSpeed"
+        paragraphs = ans.answer.split("\n\n")
+        lead = next(p for p in paragraphs if p.startswith("Why not Colossal-AI:"))
+        assert "nothing in the sources counts against it" in lead and lead.endswith(":")
+        why = paragraphs[paragraphs.index(lead) + 1]
+        n = int(re.search(r"\[(\d+)\]", why).group(1))
+        assert "Megatron-LM/DeepSpeed" in why and "article" in next(c for c in ans.citations if c.n == n).source
+        zh = svc.ask("对于科学计算和偏微分方程，JAX 还是 PyTorch 更合适？")  # a comparison: the other one, in Chinese
+        assert re.search(r"为什么不选 PyTorch：资料里没有对它不利的事实，但 JAX 在这一点上胜过它：\n\n[^\n]+\[\d+\]", zh.answer)
+    finally:
+        svc.close()
+
+
 @pytest.mark.parametrize("sentence,user,expected", [
     ("The project stage is early, and the hardware is limited to 64 GPUs.",
      "How do I train a 70B model on 64 GPUs, which stack should I use?", True),

@@ -36,6 +36,9 @@ _TIE = {"zh": "{names} 在你的情况下打平，取决于：{choices}", "en": 
 _CHOOSE = {"zh": "若{claim_lc}，选 {name}", "en": "choose {name} if {claim_lc}"}
 _CHANGE_LEAD = {"zh": "什么会改变这个选择——", "en": "What would change the choice:"}
 _AGAINST_LEAD = {"zh": "为什么不选 {name}：", "en": "Why not {name}:"}
+# nothing the sources say counts against a compared candidate: what the recommendation has that it does not match
+_BEHIND_LEAD = {"zh": "为什么不选 {name}：资料里没有对它不利的事实，但 {top} 在这一点上胜过它：",
+                "en": "Why not {name}: nothing in the sources counts against it here, but {top} leads it on this point:"}
 _ARTICLE_PREFIX = re.compile(r"^(?:文章[：:]\s*|The article:\s*)")
 
 
@@ -50,8 +53,9 @@ class SelectionPlan:
     reasons: list[tuple[str, int]]  # the Advisor's deciding facts: (claim, passage number)
     change: tuple[str, list[int], str] | None  # what would change the choice, the passages and the fact behind it
     sources: list[PromptSource]  # the cited passages, numbered as in the answer
-    against: list[tuple[str, str, int]] = field(default_factory=list)  # a compared candidate not recommended: (name,
-    # the fact that counts against it for this situation, passage number)
+    against: list[tuple[str, str, int]] = field(default_factory=list)  # a compared candidate not recommended: (the
+    # lead-in, "Why not X:", the fact that counts against it for this situation or, when none does, the point the
+    # recommendation leads it on, passage number)
     citations: dict[int, Citation] = field(default_factory=dict)  # the deterministic sentences' citations
     advice: dict[str, Any] = field(default_factory=dict)  # the Advice's JSON, as the answer carries it (Answer.advice)
 
@@ -96,10 +100,14 @@ def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str) -> S
     # what counts against the recommendation too (the same criterion, the same passage) says nothing of the other
     shared = {(x.criterion, tuple(x.citations)) for x in top.reasons if x.points < 0}
     for other in ranking[1:] if advice.compared else []:  # "JAX or PyTorch?", "Why not PyTorch?": what counts against it
+        if other.name in recommended:
+            continue
         worst = min((x for x in other.reasons if x.points < 0 and (x.criterion, tuple(x.citations)) not in shared),
                     key=lambda x: x.points, default=None)
-        if other.name not in recommended and worst is not None and (n := cite(worst)):
-            against.append((other.name, _claim(worst), n))
+        if worst is not None and (n := cite(worst)):
+            against.append((_AGAINST_LEAD[lang].format(name=other.name), _claim(worst), n))
+        elif (ahead := _leads_on(top, other)) is not None and (n := cite(ahead)):
+            against.append((_BEHIND_LEAD[lang].format(name=other.name, top=top.name), _claim(ahead), n))
     change = None
     for ch in advice.what_would_change:
         if ch.new_top in recommended or not ch.reasons:
@@ -110,6 +118,17 @@ def plan(advice: Advice, passage: Callable[[str], Chunk | None], lang: str) -> S
             break
     return SelectionPlan(lang, situation_line(Situation.from_dict(advice.scenario), lang), lead, recommended, reasons, change,
                          sources, against, citations, advice.to_dict())
+
+
+def _leads_on(top: RankedCandidate, other: RankedCandidate) -> Reason | None:
+    """The recommendation's reason that puts it furthest ahead of `other`: the most points above what `other` scores
+    on the same criterion (nothing, or a weaker fact), then the most points ("Why not PyTorch?" for a Chinese NLP
+    product: the article's "if Chinese-language scenarios matter, PaddlePaddle deserves a close look")."""
+    def best(criterion: str) -> float:
+        return max((x.points for x in other.reasons if x.criterion == criterion and x.points > 0), default=0.0)
+
+    ahead = [(r.points - best(r.criterion), r.points, r) for r in top.reasons if r.points > best(r.criterion)]
+    return max(ahead, key=lambda a: a[:2])[2] if ahead else None
 
 
 def _claim(reason: Reason) -> str:
@@ -344,8 +363,8 @@ def finish(p: SelectionPlan, raw: str, checker: CitationChecker, user_text: str,
             _end(claim, n) for claim, n in p.reasons)
     sep = " " if p.lang == "en" else ""
     text = p.lead + (sep + body if body else "")
-    for name, fact, n in [] if stopped else p.against:  # a compared candidate's weak point: the lead-in, then the fact
-        text += "\n\n" + _AGAINST_LEAD[p.lang].format(name=name) + "\n\n" + _end(fact, n)  # the fact is about it
+    for lead, fact, n in [] if stopped else p.against:  # a compared candidate: the lead-in, then the fact
+        text += "\n\n" + lead + "\n\n" + _end(fact, n)
     if p.change and not stopped:  # the Advisor's inference as a lead-in, then the cited fact it rests on
         change_text, nums, fact = p.change
         text += "\n\n" + _CHANGE_LEAD[p.lang] + sep + change_text.rstrip("。.") + ("：" if p.lang == "zh" else ":") \
