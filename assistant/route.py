@@ -149,11 +149,16 @@ def kind_of(standalone: str, asked: str, lang: str, previous: Turn | None = None
 
 def changes_the_situation(asked: str) -> bool:
     """The user's own words (before the rewrite named the recommended framework in them) only change the situation
-    of the choice before: they name no framework, state a field the choice reads and ask no question of their own
-    ("如果只有 NVIDIA GPU 呢？", "What if it must run on domestic Ascend NPUs?"; not "How do we install it on a TPU VM?",
-    which states hardware and asks how to install)."""
-    return (not find_frameworks(asked) and not lexicon.OWN_QUESTION.search(asked)
+    of the choice before: they name no framework but one the team is said to know, state a field the choice reads and
+    ask no question of their own ("如果只有 NVIDIA GPU 呢？", "What if it must run on domestic Ascend NPUs?", "要是团队只会
+    TensorFlow 呢？"; not "How do we install it on a TPU VM?", which states hardware and asks how to install)."""
+    return (not names_a_candidate(asked) and not lexicon.OWN_QUESTION.search(asked)
             and bool(parse_free_text(asked).stated() & _CHANGES_A_CHOICE))
+
+
+def names_a_candidate(text: str) -> bool:
+    """The text names a framework other than those it says the team knows (which are the situation, not a choice)."""
+    return bool(set(find_frameworks(text)) - set(parse_free_text(text).known_frameworks))
 
 
 def instead_of(question: str, previous: Turn | None) -> tuple[str, ...]:
@@ -217,7 +222,7 @@ def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previou
         kind = OUT_OF_SCOPE
     situation = situation_from_turns([*(user_turns or []), question])
     situation.lang = lang
-    if kind == SELECTION and previous is not None and previous.kind == SELECTION and not find_frameworks(question):
+    if kind == SELECTION and previous is not None and previous.kind == SELECTION and not names_a_candidate(question):
         # the choice asked again for a new situation ("如果只有 NVIDIA GPU 呢？"): among the candidates weighed before,
         # and in the user's words (the rewrite's prefix named the framework recommended before, now one candidate)
         compared = previous.compared

@@ -93,7 +93,9 @@ def test_a_follow_up_that_changes_the_situation_of_a_selection_is_a_selection():
     assert kind_of("What if we had TPUs instead?", "What if we had TPUs instead?", "en", fact, 0.1)[0] == FACT
     assert kind_of("PyTorch's distributed API?", "What is its distributed API?", "en", chose, 0.1)[0] == FACT
     # the user's own words, not the rewrite that names the recommended framework in them
-    for asked in ("如果只有 NVIDIA GPU 呢？", "What if it must run on domestic Ascend NPUs?", "如果明年要上线到生产环境呢？"):
+    # a framework named as what the team knows is the situation, not a candidate (a follow-up kept out of the sets)
+    for asked in ("如果只有 NVIDIA GPU 呢？", "What if it must run on domestic Ascend NPUs?", "如果明年要上线到生产环境呢？",
+                  "要是团队只会 TensorFlow 呢？", "What if our team only knew JAX?"):
         assert kind_of(f"PyTorch: {asked}", asked, "zh", chose, 0.05) == (SELECTION, "follow-up"), asked
     # a question of its own that states hardware (dev selfu-en-15), one naming a framework, an unchanged situation
     for asked in ("How do we install it on a TPU VM?", "它怎么在 TPU 上安装？", "Does it support multiple GPUs?",

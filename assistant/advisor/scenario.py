@@ -175,7 +175,8 @@ def _scale_from_text(text: str) -> str | None:
 
 
 # ---- free text -----------------------------------------------------------------------------------
-_KNOW = re.compile(r"(熟悉|只用过|都用过|用过|用惯了?|掌握|擅长|精通|会用|一直用|主要用|都在用|在用|都用|用的是|之前用|以前用|know[s]?|familiar with|"
+_KNOW = re.compile(r"(熟悉|只用过|都用过|用过|用惯了?|掌握|擅长|精通|会用|只会|只懂|一直用|主要用|都在用|在用|都用|用的是|之前用|以前用|"
+                   r"knows?|knew|familiar with|"
                    r"experienced? (?:with|in)|experts? in|(?:have |has )?(?:only )?used|work(?:s|ing)? with|背景是|"
                    r"code(?:base| base)? is (?:in|written in)?|written in|built (?:on|with)|代码(?:都)?是|技术栈是|stack is|跑在|"
                    r"run(?:s|ning)? (?:everything |it all |all of it )?on)", re.I)
