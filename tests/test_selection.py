@@ -278,6 +278,10 @@ def test_a_model_reason_that_adds_to_its_fact_is_shown_as_the_fact():
     assert faithful_reasons("PyTorch 的动态图适合快速迭代的研究[1]。", zh) == ("PyTorch 的动态图适合快速迭代的研究[1]。", [])
     kept, replaced = faithful_reasons("PyTorch 的动态图适合研究，因此推荐你们的五人团队选择它[1]。", zh)
     assert kept == "PyTorch 的动态图适合研究和快速迭代[1]。" and replaced
+    # a sentence that is only a name says nothing (dev blind-sel-en-06: "...[1]. TensorFlow. TensorFlow Serving ...")
+    kept, _ = faithful_reasons("PyTorch. Research and fast iteration suit PyTorch's dynamic graphs [2]. PyTorch。", p,
+                               complete=False)
+    assert kept == "Research and fast iteration suit PyTorch's dynamic graphs [2]."
 
 
 def test_a_model_reason_that_moves_a_fact_to_another_framework_gives_way():

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..advisor.advice import Advice, RankedCandidate, Reason, Situation
-from ..frameworks import find_frameworks
+from ..frameworks import find_frameworks, names_only
 from ..text import cjk_count, content_terms, join_sentences, split_sentences
 from ..types import Chunk, Citation, Hit, Numbering
 from .citations import CitationChecker, citation_record, is_factual, parse_markers, renumber
@@ -289,7 +289,8 @@ def _content_terms(text: str) -> set[str]:
 
 
 def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tuple[str, list[str]]:
-    """The checked model text without the factual sentences that add to the facts they cite, then (when
+    """The checked model text without the factual sentences that add to the facts they cite (and without a sentence
+    that is only a name), then (when
     `complete`, i.e. the answer was not stopped) every deciding fact that no kept sentence restates, in the
     Advisor's words. Returns the text and the sentences that gave way. (The selection check makes no passage quotes,
     answering/choose.py, so every kept sentence is the model's.)"""
@@ -302,6 +303,8 @@ def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tupl
     replaced: list[str] = []
     for sentence in split_sentences(text):
         plain, nums = parse_markers(sentence)
+        if names_only(plain):  # "TensorFlow." between two reasons: the lead already names the recommendation
+            continue
         if not nums or not is_factual(plain):
             out.append(sentence)
             continue
