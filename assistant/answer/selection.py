@@ -289,10 +289,9 @@ def _content_terms(text: str) -> set[str]:
 
 
 def faithful_reasons(text: str, p: SelectionPlan, complete: bool = True) -> tuple[str, list[str]]:
-    """The checked model text without the factual sentences that add to the facts they cite (and without a sentence
-    that is only a name), then (when
-    `complete`, i.e. the answer was not stopped) every deciding fact that no kept sentence restates, in the
-    Advisor's words. Returns the text and the sentences that gave way. (The selection check makes no passage quotes,
+    """The checked model text without the factual sentences that add to the facts they cite and without a sentence
+    that is only a name, then (when `complete`, i.e. the answer was not stopped) every deciding fact that no kept
+    sentence restates, in the Advisor's words. Returns the text and the sentences that gave way. (The selection check makes no passage quotes,
     answering/choose.py, so every kept sentence is the model's.)"""
     by_n: dict[int, list[str]] = {}
     for claim, n in p.reasons:
