@@ -105,7 +105,11 @@ SEVERAL = Wording("several", (
     r"\b(what|which) (are|were)\b|\blist\b|\bcompar(e|es|ed|ing|ison)\b|\bdifferen(ce|ces|t)\b|\bversus\b|\bvs\.?(?=\s)|"
     r"\bpros and cons\b|\b(each|both)\b|\bhow many\b|\b(main|key) (\w+ )?(\w+s)\b"), "fact-en-01")
 # points at the reference article itself ("文章里……", "according to the article")
-ARTICLE = Wording("article", r"文章|文中|这篇|原文|the article|this article|the guide", "fact-zh-02")
+ARTICLE = Wording("article", r"文章|文中|这篇|原文|the article|this article", "fact-zh-02")
+# "the guide": the reference article ("according to the guide"), or a framework's own guide ("with Megatron Core, what
+# does the guide prefer ..."); the router takes it for the article only when retrieval ranks an article passage first
+GUIDE = Wording("guide", r"\bthe guide\b", "article-en-01",
+                "What are the drawbacks and benefits of static graphs versus dynamic graphs according to the guide?")
 # a pronoun standing for the framework of the turn before ("它的分布式 API 叫什么？", "What is its distributed API?")
 PRONOUN_ZH = Wording("pronoun_zh", r"它们|它的|它|其|该框架|这个框架|那个框架|这个库|后者|前者|这两者|两者", "fu-zh-01#1")
 PRONOUN_EN = Wording("pronoun_en", r"\b(it|its|it's|they|their|them|this framework|that framework|this one|that one|"
@@ -148,8 +152,8 @@ NEGATION = Wording("negation", (
     "dev fact-zh-17 (the model's answer); a question kept out of the evaluation sets",
     "DeepSpeed 提供了流水线并行训练，对 GPU 总数没有要求。")
 
-ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, OWN_QUESTION, COMPARE, INSTEAD, PASSIVE, WITHIN, WHAT_TO_USE, SEVERAL, ARTICLE,
-       PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION, PRICE, PRICE_STATED, NEGATION)
+ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, OWN_QUESTION, COMPARE, INSTEAD, PASSIVE, WITHIN, WHAT_TO_USE,
+       SEVERAL, ARTICLE, GUIDE, PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION, PRICE, PRICE_STATED, NEGATION)
 
 
 def asks_for_several(question: str) -> bool:
@@ -158,5 +162,6 @@ def asks_for_several(question: str) -> bool:
 
 
 def refers_to_article(text: str) -> bool:
-    """The question points at the reference article itself ("文章里……", "according to the article")."""
-    return ARTICLE.search(text)
+    """The question points at the reference article itself ("文章里……", "according to the article"), or may
+    ("according to the guide")."""
+    return ARTICLE.search(text) or GUIDE.search(text)

@@ -215,7 +215,10 @@ def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previou
     `classifier`; `hits`, `known`, `pinned_dense`: what the refusal policy weighs (policy.decide)."""
     p = classifier.selection_probability(vector) if classifier is not None and vector is not None else None
     kind, by = kind_of(standalone, question, lang, previous, p)
-    article = lexicon.refers_to_article(standalone)
+    # "the guide" is the article only when retrieval, which favours the article for it, still ranks an article
+    # passage first; otherwise it is a framework's guide ("with Megatron Core, what does the guide prefer ...")
+    article = lexicon.ARTICLE.search(standalone) or (
+        lexicon.GUIDE.search(standalone) and bool(hits) and hits[0].chunk.is_article)
     decision = decide(standalone, hits, thresholds, known=known, choosing=kind == SELECTION, pinned_dense=pinned_dense,
                       about_pinned=article and article_pinned)
     if decision.refuse:

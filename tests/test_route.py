@@ -11,7 +11,7 @@ from assistant.answer.pipeline import PipelineConfig, bare_name, check
 from assistant.answer.prompt import Source
 from assistant.embed import create_embedder
 from assistant.frameworks import find_frameworks
-from assistant.route import FACT, SELECTION, Turn, instead_of, kind_of, standalone_question
+from assistant.route import FACT, SELECTION, Turn, instead_of, kind_of, route, standalone_question
 from assistant.types import Chunk, Hit
 
 
@@ -123,6 +123,23 @@ def test_a_framework_asked_about_in_place_of_the_recommended_one_is_weighed_agai
     fact = Turn("What is jax.jit?", kind=FACT)
     assert kind_of("Why not PyTorch?", "Why not PyTorch?", "en", fact, 0.1)[0] == FACT
     assert instead_of("Why not PyTorch?", fact) == ()
+
+
+def test_the_guide_is_the_article_only_when_retrieval_ranks_the_article_first():
+    """"When scaling an MoE model beyond one node with Megatron Core, what does the guide prefer ...?" (a question
+    kept out of the sets) was answered from the article alone ("The guide suggests using Megatron-LM/DeepSpeed ..."):
+    "the guide" was read as the article while retrieval ranked Megatron's MoE guide first."""
+    def chunk(cid: str, source: str) -> Chunk:
+        return Chunk(cid, "Keep EP x TP within one node; scale across nodes with pipeline parallelism.", source,
+                     "Guide", ("Best practices",), "en", ("Megatron-LM",), (1, 2))
+
+    article = Hit(chunk("a1", "corpus/article/ai-training-support-guide.md"), 0.8, 0.6)
+    docs = Hit(chunk("d1", "framework-docs/megatron-lm/megatron/core/transformer/moe/README.md"), 0.8, 0.6)
+    q = "When scaling an MoE model beyond one node with Megatron Core, what does the guide prefer?"
+    assert not route(q, q, "en", [docs, article]).article
+    assert route(q, q, "en", [article, docs]).article
+    said = "What does the article prefer for scaling beyond one node?"
+    assert route(said, said, "en", [docs, article]).article  # "the article" points at it whatever ranks first
 
 
 def test_the_follow_up_rewrite_reads_the_stored_turn_not_the_rendered_answer():
