@@ -121,7 +121,7 @@ def _with_neighbours(hits: list[Hit], around: Callable[[Chunk], list[Chunk]] | N
 
 def _introduces(sentence: str, then: str) -> bool:
     """`sentence` is the lead-in of the block that follows it: it ends with a colon, and `then` is a code block or a
-    list item."""
+    list item (within a passage, or the next chunk's first item: `_runs_on`)."""
     return sentence.rstrip().endswith((":", "：")) and (then.lstrip().startswith("```") or
                                                        LIST_ITEM.match(then.lstrip()) is not None)
 
@@ -132,7 +132,7 @@ def _runs_on(first: Chunk, then: Chunk) -> bool:
     if not LIST_ITEM.match(then.text.lstrip()):
         return False
     tail = re.split(r"\n\s*\n", first.text.strip())[-1]
-    return tail.endswith((":", "：")) or any(LIST_ITEM.match(line.strip()) for line in tail.splitlines())
+    return _introduces(tail, then.text) or any(LIST_ITEM.match(line.strip()) for line in tail.splitlines())
 
 
 def best_sentence(question: str, sources: list[Source], embedder: Embedder | None = None,
