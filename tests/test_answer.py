@@ -18,6 +18,7 @@ from assistant.answer.citations import (
     code_spans,
     parse_markers,
     quoted_answer,
+    renumber,
     repeats_instructions,
     specific_terms,
     split_lead_in,
@@ -25,10 +26,11 @@ from assistant.answer.citations import (
 from assistant.answer.evidence import best_sentence, select_evidence
 from assistant.answer.prompt import SYSTEM_PROMPT, Source
 from assistant.embed import create_embedder
+from assistant.evaluate.metrics import citation_markers
 from assistant.frameworks import sentence_frameworks
 from assistant.lang import detect_language
 from assistant.text import cjk_count, resolve_pronoun, split_sentences
-from assistant.types import Chunk, Hit
+from assistant.types import Chunk, Citation, Hit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,6 +44,20 @@ def _source(n: int, text: str, source: str = "doc.md") -> Source:
 def test_parse_markers() -> None:
     assert parse_markers("ZeRO shards optimizer states [1][3].") == ("ZeRO shards optimizer states.", [1, 3])
     assert parse_markers("张量并行切分权重【2】，见[1, 4]。")[1] == [2, 1, 4]
+
+
+def test_brackets_the_answer_states_are_no_markers() -> None:
+    # a value, an index and code the answer states stay in it (a probe's "shape=[4,8]" came out as "shape= 的")
+    assert parse_markers("一个 4 机 32 卡的集群用 shape=[4,8] 的 ProcessMesh 描述。[30]") == (
+        "一个 4 机 32 卡的集群用 shape=[4,8] 的 ProcessMesh 描述。", [30])
+    assert parse_markers("对 x[0] 这样的 int 索引会带来跨设备通信[2]") == ("对 x[0] 这样的 int 索引会带来跨设备通信", [2])
+    assert parse_markers("Read `dims[1]` first [3].") == ("Read `dims[1]` first.", [3])
+    cited = [Citation(n=n, chunk_id=src, title=src, heading_path=[], source=src, lines=[1, 1], snippet="x",
+                      support=0.9) for n, src in ((7, "a.md"), (9, "b.md"))]
+    text, numbered = renumber("Use `x[9]` here [9]. Then shape=[7] [7].", cited)
+    assert text == "Use `x[9]` here [1]. Then shape=[7] [2]."
+    assert [c.source for c in numbered] == ["b.md", "a.md"]
+    assert citation_markers("Use `x[9]` and shape=[4,8] [1].") == [1]
 
 
 def test_checker_maps_drops_invalid_and_removes_unsupported() -> None:

@@ -52,9 +52,12 @@ from ..text import (
 from ..types import SNIPPET_MAX, Citation, Numbering
 from .prompt import INSTRUCTION_LINES, Source
 
-# "[1], [2]": the commas go too. At most 6 digits a number: a longer one is no source number, and int() refuses
-# more than 4,300 digits (a ValueError out of the check)
-_MARK = re.compile(r"\s*[,，、]?\s*[\[【]\s*(\d{1,6}(?:\s*[,，、]\s*\d{1,6})*)\s*[\]】]")
+# A citation marker: "[1]", "[1, 2]", "【1】", "[1], [2]" (the commas go too). At most 6 digits a number: a longer one is
+# no source number, and int() refuses more than 4,300 digits (a ValueError out of the check). Not a marker: a
+# bracket that holds a 0 (sources are numbered from 1: "x[0]" indexes), one right after "=" ("shape=[4,8]") and one
+# inside a code span ("`dims[1]`"): what the answer states, which the check must keep.
+_MARK = re.compile(r"(?<!=)\s*[,，、]?\s*[\[【]\s*([1-9]\d{0,5}(?:\s*[,，、]\s*[1-9]\d{0,5})*)\s*[\]】]")
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
 _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
 _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"
@@ -114,19 +117,31 @@ class Support:
     unturned: np.ndarray
 
 
+def _outside_code(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
+    """`pattern`'s matches in `text` that do not start inside a code span."""
+    code = [m.span() for m in _CODE_SPAN.finditer(text)]
+    return [m for m in pattern.finditer(text) if not any(a <= m.start(1 if m.re.groups else 0) < b for a, b in code)]
+
+
+def _cut(text: str, matches: list[re.Match[str]]) -> str:
+    for m in reversed(matches):
+        text = text[: m.start()] + text[m.end():]
+    return text
+
+
 def parse_markers(sentence: str) -> tuple[str, list[int]]:
     """The sentence without its [n] markers, and the numbers in order of appearance."""
     nums: list[int] = []
     # until none is left: removing the "[1]" of "[[1]2]" makes a new marker "[2]", which would otherwise stay in the
     # answer as a citation nobody checked
     while True:
-        found = list(_MARK.finditer(sentence))
-        literal = _LITERAL_MARK.search(sentence)
+        found = _outside_code(_MARK, sentence)
+        literal = _outside_code(_LITERAL_MARK, sentence)
         if not found and not literal:
             return sentence.strip(), nums
         for m in found:
             nums.extend(int(x) for x in re.split(r"[,，、]", m.group(1)) if x.strip())
-        sentence = _LITERAL_MARK.sub("", _MARK.sub("", sentence))
+        sentence = _cut(sentence, sorted(found + literal, key=lambda m: m.start()))
 
 
 def is_factual(sentence: str) -> bool:
@@ -591,7 +606,7 @@ def _snippet(claim: str, sents: list[str], best: int) -> str:
     return " ".join(sents[m] for m in sorted((best, k)))
 
 
-_CITED = re.compile(r"\[(\d+)\]")
+_CITED = re.compile(r"(?<!=)\[([1-9]\d{0,5})\]")  # one source's marker, as the check writes them (see _MARK)
 
 
 def renumber(text: str, citations: Iterable[Citation], only_cited: bool = False) -> tuple[str, list[Citation]]:
@@ -601,7 +616,8 @@ def renumber(text: str, citations: Iterable[Citation], only_cited: bool = False)
     together from parts, where such a marker is a passage that could not be looked up) drops both."""
     by_n = {c.n: c for c in citations}
     order: Numbering[int] = Numbering()
-    for m in _CITED.finditer(text):
+    marks = _outside_code(_CITED, text)
+    for m in marks:
         if int(m.group(1)) in by_n:
             order.number(int(m.group(1)))
     if not only_cited:
@@ -612,7 +628,9 @@ def renumber(text: str, citations: Iterable[Citation], only_cited: bool = False)
         n = int(m.group(1))
         return f"[{order[n]}]" if n in order else "" if only_cited else m.group(0)
 
-    return _CITED.sub(mark, text), sorted((dataclasses.replace(by_n[n], n=order[n]) for n in order), key=lambda c: c.n)
+    for m in reversed(marks):
+        text = text[: m.start()] + mark(m) + text[m.end():]
+    return text, sorted((dataclasses.replace(by_n[n], n=order[n]) for n in order), key=lambda c: c.n)
 
 
 # ---- a sentence that lists the items of sibling passages ----------------------------------------------------------

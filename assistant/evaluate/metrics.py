@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-_MARK = re.compile(r"[\[【]\s*(\d+(?:\s*[,，、]\s*\d+)*)\s*[\]】]")
+from ..answer.citations import parse_markers
 
 # Case-level metric keys averaged into the summary (latency percentiles are added separately).
 CASE_METRICS = ("fact_recall", "refusal_accuracy", "hit_at_1", "hit_at_5", "mrr", "citation_validity",
@@ -71,11 +71,8 @@ def reciprocal_rank(paths: Sequence[str], source_files: Sequence[str]) -> float 
 
 
 def citation_markers(text: str) -> list[int]:
-    """Every [n] (also [1,2], 【n】) in the text, in order."""
-    out: list[int] = []
-    for m in _MARK.finditer(text):
-        out.extend(int(x) for x in re.split(r"[,，、]", m.group(1)) if x.strip())
-    return out
+    """Every [n] (also [1,2], 【n】) in the text, in order, as the citation check reads them (`parse_markers`)."""
+    return parse_markers(text)[1]
 
 
 def citation_validity(text: str, valid_numbers: Iterable[int]) -> float | None:
