@@ -13,7 +13,8 @@ import re
 import time
 from typing import Any
 
-_CITE = re.compile(r"\[(\d{1,2})\]")
+from .text import citation_marks
+
 FORMATS = ("markdown", "json")
 LABELS = {"zh": {"q": "问", "a": "答", "lines": "行", "stopped": "（已停止）", "exported": "导出于"},
           "en": {"q": "Q", "a": "A", "lines": "lines", "stopped": "(stopped)", "exported": "Exported"}}
@@ -47,7 +48,9 @@ class _Numbering:
                 local[n] = len(self.notes)
             return f"[^{local[n]}]"
 
-        return _CITE.sub(sub, text)
+        for m in reversed(citation_marks(text)):
+            text = text[: m.start()] + sub(m) + text[m.end():]
+        return text
 
     def block(self) -> str:
         return "\n".join(f"[^{i}]: {note}" for i, note in enumerate(self.notes, 1))

@@ -1,7 +1,7 @@
 """Text in both languages: the CJK character ranges, token estimates, search tokens and sentence splitting.
 
 Every module that needs to know "is this Chinese", "how many tokens is this", "what are its search words" or
-"where do its sentences end" asks here, so the answer is the same everywhere (which language a chunk is,
+"where do its sentences end" or "which [n] in it cite a source" asks here, so the answer is the same everywhere (which language a chunk is,
 which words BM25 indexes and the question is searched with, which sentences a citation is checked against).
 Which language a whole text is in (a threshold over these counts) is assistant/lang.py.
 """
@@ -279,3 +279,21 @@ def said_as(pronoun: str, name: str) -> str:
 def normalise(text: str) -> str:
     """Full-width to half-width, lower case, collapsed spaces."""
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
+
+
+# ---- citation markers -----------------------------------------------------------------------------------
+# One source's marker as answers carry them, "[1]": numbers from 1 (sources are numbered from 1; "x[0]" indexes),
+# never right after "=" ("shape=[4]") and never in a code span ("`dims[1]`"): those are what the answer states.
+CITATION = re.compile(r"(?<!=)\[([1-9]\d{0,5})\]")
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+
+
+def outside_code(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
+    """`pattern`'s matches in `text` whose first group (or the match, without groups) starts outside code spans."""
+    code = [m.span() for m in _CODE_SPAN.finditer(text)]
+    return [m for m in pattern.finditer(text) if not any(a <= m.start(1 if m.re.groups else 0) < b for a, b in code)]
+
+
+def citation_marks(text: str) -> list[re.Match[str]]:
+    """The text's citation markers "[n]" (group 1: n), in order: the ones renumbering, links and footnotes read."""
+    return outside_code(CITATION, text)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from assistant import export
 from assistant.answer.citations import (
     CITED_MARGIN,
     CitationChecker,
@@ -58,6 +59,12 @@ def test_brackets_the_answer_states_are_no_markers() -> None:
     assert text == "Use `x[9]` here [1]. Then shape=[7] [2]."
     assert [c.source for c in numbered] == ["b.md", "a.md"]
     assert citation_markers("Use `x[9]` and shape=[4,8] [1].") == [1]
+    # the chat's links and the export's footnotes read the same markers
+    from ui.web import link_citations
+    assert link_citations("Use `x[1]` here [1].").count('class="fa-cite"') == 1
+    session = {"id": "s", "messages": [{"id": "m", "role": "assistant", "content": "Use `x[1]` here [1].",
+                                        "citations": [{"n": 1, "source": "a.md", "title": "A"}]}]}
+    assert export.answer_markdown(session, "m", "en").startswith("Use `x[1]` here [^1].")
 
 
 def test_checker_maps_drops_invalid_and_removes_unsupported() -> None:

@@ -24,6 +24,7 @@ import gradio as gr
 
 from assistant.errors import UserError
 from assistant.service import AssistantService
+from assistant.text import citation_marks
 from assistant.types import Answer, Chunk, Citation, Hit
 
 from .advisor_tab import advice_footer
@@ -104,7 +105,6 @@ HEAD = """<script>
 })();
 </script>"""
 
-_CITE = re.compile(r"\[(\d{1,2})\]")
 # Characters Markdown builds links, images, code and autolinks from, as numeric entities: the chat's Markdown
 # renderer shows them as the same characters but never parses them as syntax.
 _MD_ENTITIES = str.maketrans({"[": "&#91;", "]": "&#93;", "(": "&#40;", ")": "&#41;", "!": "&#33;",
@@ -122,9 +122,11 @@ def inert(text: str) -> str:
 
 def link_citations(text: str) -> str:
     """The answer made inert (see `inert`), with each [n] a link to its source panel entry: the only links."""
-    parts = _CITE.split(text)  # text, n, text, n, ..., text
-    return "".join(inert(p) if i % 2 == 0 else f'<a class="fa-cite" href="#src-{p}">[{p}]</a>'
-                   for i, p in enumerate(parts))
+    out, at = [], 0
+    for m in citation_marks(text):
+        out += [inert(text[at:m.start()]), f'<a class="fa-cite" href="#src-{m.group(1)}">[{m.group(1)}]</a>']
+        at = m.end()
+    return "".join(out + [inert(text[at:])])
 
 
 def messages_to_chat(session: dict[str, Any], lang: str) -> list[dict[str, str]]:

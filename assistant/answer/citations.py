@@ -40,10 +40,12 @@ from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import (
     LIST_ITEM,
+    citation_marks,
     cjk_count,
     content_terms,
     item_body,
     join_sentences,
+    outside_code,
     resolve_pronoun,
     split_sentences,
     starts_with_pronoun,
@@ -55,9 +57,8 @@ from .prompt import INSTRUCTION_LINES, Source
 # A citation marker: "[1]", "[1, 2]", "【1】", "[1], [2]" (the commas go too). At most 6 digits a number: a longer one is
 # no source number, and int() refuses more than 4,300 digits (a ValueError out of the check). Not a marker: a
 # bracket that holds a 0 (sources are numbered from 1: "x[0]" indexes), one right after "=" ("shape=[4,8]") and one
-# inside a code span ("`dims[1]`"): what the answer states, which the check must keep.
+# inside a code span ("`dims[1]`"): what the answer states, which the check must keep (text.CITATION: one source's).
 _MARK = re.compile(r"(?<!=)\s*[,，、]?\s*[\[【]\s*([1-9]\d{0,5}(?:\s*[,，、]\s*[1-9]\d{0,5})*)\s*[\]】]")
-_CODE_SPAN = re.compile(r"`[^`\n]*`")
 _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
 _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"
@@ -117,12 +118,6 @@ class Support:
     unturned: np.ndarray
 
 
-def _outside_code(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
-    """`pattern`'s matches in `text` that do not start inside a code span."""
-    code = [m.span() for m in _CODE_SPAN.finditer(text)]
-    return [m for m in pattern.finditer(text) if not any(a <= m.start(1 if m.re.groups else 0) < b for a, b in code)]
-
-
 def _cut(text: str, matches: list[re.Match[str]]) -> str:
     for m in reversed(matches):
         text = text[: m.start()] + text[m.end():]
@@ -135,8 +130,8 @@ def parse_markers(sentence: str) -> tuple[str, list[int]]:
     # until none is left: removing the "[1]" of "[[1]2]" makes a new marker "[2]", which would otherwise stay in the
     # answer as a citation nobody checked
     while True:
-        found = _outside_code(_MARK, sentence)
-        literal = _outside_code(_LITERAL_MARK, sentence)
+        found = outside_code(_MARK, sentence)
+        literal = outside_code(_LITERAL_MARK, sentence)
         if not found and not literal:
             return sentence.strip(), nums
         for m in found:
@@ -606,9 +601,6 @@ def _snippet(claim: str, sents: list[str], best: int) -> str:
     return " ".join(sents[m] for m in sorted((best, k)))
 
 
-_CITED = re.compile(r"(?<!=)\[([1-9]\d{0,5})\]")  # one source's marker, as the check writes them (see _MARK)
-
-
 def renumber(text: str, citations: Iterable[Citation], only_cited: bool = False) -> tuple[str, list[Citation]]:
     """The answer's citations numbered [1].. in the order the text first cites them (the text's markers with
     them): the one numbering users see, whatever numbers the prompt gave its passages. Citations the text does
@@ -616,7 +608,7 @@ def renumber(text: str, citations: Iterable[Citation], only_cited: bool = False)
     together from parts, where such a marker is a passage that could not be looked up) drops both."""
     by_n = {c.n: c for c in citations}
     order: Numbering[int] = Numbering()
-    marks = _outside_code(_CITED, text)
+    marks = citation_marks(text)
     for m in marks:
         if int(m.group(1)) in by_n:
             order.number(int(m.group(1)))
