@@ -283,9 +283,11 @@ def normalise(text: str) -> str:
 
 # ---- citation markers -----------------------------------------------------------------------------------
 # One source's marker as answers carry them, "[1]": numbers from 1 (sources are numbered from 1; "x[0]" indexes),
-# never right after "=" ("shape=[4]") and never in a code span ("`dims[1]`"): those are what the answer states.
+# never right after "=" ("shape=[4]") and never in a code span ("`dims[1]`"): those are what the answer states. A
+# code span here has no space in it: a sentence cut inside one ("… `tf.[1] If you …") leaves a lone backtick, and
+# a span read from it to the next one would swallow the real marker.
 CITATION = re.compile(r"(?<!=)\[([1-9]\d{0,5})\]")
-_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_CODE_SPAN = re.compile(r"`[^`\s]+`")
 
 
 def outside_code(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:

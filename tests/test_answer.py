@@ -58,6 +58,9 @@ def test_brackets_the_answer_states_are_no_markers() -> None:
     text, numbered = renumber("Use `x[9]` here [9]. Then shape=[7] [7].", cited)
     assert text == "Use `x[9]` here [1]. Then shape=[7] [2]."
     assert [c.source for c in numbered] == ["b.md", "a.md"]
+    # a sentence cut inside a code span leaves a lone backtick: the marker after it is still one
+    assert renumber("Retracing is when your `tf.[9] Create a new `tf.function`.[7]", cited)[0] == (
+        "Retracing is when your `tf.[1] Create a new `tf.function`.[2]")
     assert citation_markers("Use `x[9]` and shape=[4,8] [1].") == [1]
     # the chat's links and the export's footnotes read the same markers
     from ui.web import link_citations
