@@ -187,13 +187,14 @@ def asks_about_a_framework(question: str) -> bool:
     (no "we", "我们", no situation the Advisor's parser reads: frameworks known, stage, hardware, scale, team, goals)
     and asks neither what suits nor which of two ("Megatron-FSDP 兼容哪些框架或库？", "Which deep learning framework
     does Megatron-LM require?"). The classifier reads "框架" / "framework" as a choice; the question's frameworks and
-    the asker's silence say otherwise."""
+    the asker's silence say otherwise. One that asks for an amount (`lexicon.AMOUNT`) asks what the documents state
+    of that framework even when it names hardware or a model size ("Megatron-LM 在 H100 集群上最高能达到多少 MFU？")."""
     if not find_frameworks(question) or not lexicon.ASKS.search(question):
         return False
     if any(w.search(question) for w in (lexicon.SELF, lexicon.WHAT_TO_USE, lexicon.SUITS_ZH, lexicon.SUITS_EN,
                                          lexicon.COMPARE)):
         return False
-    return not parse_free_text(question).stated()
+    return lexicon.AMOUNT.search(question) or not parse_free_text(question).stated()
 
 
 def compared_candidates(question: str, known: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:

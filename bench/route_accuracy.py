@@ -41,7 +41,7 @@ from assistant.lang import detect_language  # noqa: E402
 from assistant.service import AssistantService  # noqa: E402
 from assistant.settings import load_settings  # noqa: E402
 
-DEV = ["gold_fact", "gold_article_en", "gold_followup", "gold_selection_followup", "gold_near_domain",
+DEV = ["gold_fact", "gold_docs_dev", "gold_article_en", "gold_article_en_2", "gold_followup", "gold_selection_followup", "gold_near_domain",
        "gold_out_of_scope", "gold_adversarial", "gold_recommend", "gold_selection", "gold_selection_2",
        "gold_selection_blind1", "advisor", "advisor_parse"]
 GOLD = {"selection": "selection", "recommend": "selection", "fact": "fact", "followup": "fact",
