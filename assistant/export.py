@@ -13,7 +13,7 @@ import re
 import time
 from typing import Any
 
-from .text import citation_marks
+from .text import citation_marks, rewrite
 
 FORMATS = ("markdown", "json")
 LABELS = {"zh": {"q": "问", "a": "答", "lines": "行", "stopped": "（已停止）", "exported": "导出于"},
@@ -48,9 +48,7 @@ class _Numbering:
                 local[n] = len(self.notes)
             return f"[^{local[n]}]"
 
-        for m in reversed(citation_marks(text)):
-            text = text[: m.start()] + sub(m) + text[m.end():]
-        return text
+        return rewrite(text, citation_marks(text), sub)
 
     def block(self) -> str:
         return "\n".join(f"[^{i}]: {note}" for i, note in enumerate(self.notes, 1))

@@ -1,8 +1,9 @@
-"""Text in both languages: the CJK character ranges, token estimates, search tokens and sentence splitting.
+"""Text in both languages: CJK ranges, token estimates, search tokens, sentences and citation markers.
 
-Every module that needs to know "is this Chinese", "how many tokens is this", "what are its search words" or
-"where do its sentences end" or "which [n] in it cite a source" asks here, so the answer is the same everywhere (which language a chunk is,
-which words BM25 indexes and the question is searched with, which sentences a citation is checked against).
+Every module that needs to know "is this Chinese", "how many tokens is this", "what are its search words", "where
+do its sentences end" or "which [n] in it cite a source" asks here, so the answer is the same everywhere (which
+language a chunk is, which words BM25 indexes and the question is searched with, which sentences a citation is
+checked against, which markers the check, the chat's links and the export's footnotes read).
 Which language a whole text is in (a threshold over these counts) is assistant/lang.py.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import math
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 # ---- scripts ------------------------------------------------------------------------------------------
@@ -299,3 +301,10 @@ def outside_code(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
 def citation_marks(text: str) -> list[re.Match[str]]:
     """The text's citation markers "[n]" (group 1: n), in order: the ones renumbering, links and footnotes read."""
     return outside_code(CITATION, text)
+
+
+def rewrite(text: str, matches: list[re.Match[str]], repl: Callable[[re.Match[str]], str]) -> str:
+    """`text` with each of `matches` (of it, in order, not overlapping) replaced by `repl(match)`."""
+    for m in reversed(matches):
+        text = text[: m.start()] + repl(m) + text[m.end():]
+    return text

@@ -47,6 +47,7 @@ from ..text import (
     join_sentences,
     outside_code,
     resolve_pronoun,
+    rewrite,
     split_sentences,
     starts_with_pronoun,
     tokenize,
@@ -118,12 +119,6 @@ class Support:
     unturned: np.ndarray
 
 
-def _cut(text: str, matches: list[re.Match[str]]) -> str:
-    for m in reversed(matches):
-        text = text[: m.start()] + text[m.end():]
-    return text
-
-
 def parse_markers(sentence: str) -> tuple[str, list[int]]:
     """The sentence without its [n] markers, and the numbers in order of appearance."""
     nums: list[int] = []
@@ -136,7 +131,7 @@ def parse_markers(sentence: str) -> tuple[str, list[int]]:
             return sentence.strip(), nums
         for m in found:
             nums.extend(int(x) for x in re.split(r"[,，、]", m.group(1)) if x.strip())
-        sentence = _cut(sentence, sorted(found + literal, key=lambda m: m.start()))
+        sentence = rewrite(sentence, sorted(found + literal, key=lambda m: m.start()), lambda m: "")
 
 
 def is_factual(sentence: str) -> bool:
@@ -620,9 +615,7 @@ def renumber(text: str, citations: Iterable[Citation], only_cited: bool = False)
         n = int(m.group(1))
         return f"[{order[n]}]" if n in order else "" if only_cited else m.group(0)
 
-    for m in reversed(marks):
-        text = text[: m.start()] + mark(m) + text[m.end():]
-    return text, sorted((dataclasses.replace(by_n[n], n=order[n]) for n in order), key=lambda c: c.n)
+    return rewrite(text, marks, mark), sorted((dataclasses.replace(by_n[n], n=order[n]) for n in order), key=lambda c: c.n)
 
 
 # ---- a sentence that lists the items of sibling passages ----------------------------------------------------------
