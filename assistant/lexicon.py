@@ -95,10 +95,6 @@ WITHIN = Wording("within", r"其中|哪(个|一个|种)\s*(插件|策略|阶段|
                  r"\bwhich (of (its|the) )?([\w-]+ )?(plugin|strategy|stage|mode|api|option|setting|parallelism|version|"
                  r"attribute|method|function|argument|flag|command|environment variable)s?\b",
                  "fu-zh-06#1")
-# asks for an amount: what the documents measured or state of a framework they name ("在 H100 集群上最高能达到多少
-# MFU", "how many GPUs"), not the asker's choice, even when it names hardware and a model size
-AMOUNT = Wording("amount", r"多少|多大|几(张|块|台|个|倍)|\bhow (many|much)\b|\bwhat (share|percentage|fraction)\b",
-                 "docs-dev-zh-08", "Megatron-LM 在 H100 集群上最高能达到多少模型 FLOP 利用率（MFU）？")
 # asks what to use or for a recommendation, in any words: with an unsure classifier, such a question goes to the
 # Advisor, whose answer carries its reason and citation ("千亿参数预训练用什么？")
 WHAT_TO_USE = Wording("what_to_use", (
@@ -159,7 +155,7 @@ NEGATION = Wording("negation", (
     "dev fact-zh-17 (the model's answer); a question kept out of the evaluation sets",
     "DeepSpeed 提供了流水线并行训练，对 GPU 总数没有要求。")
 
-ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, OWN_QUESTION, COMPARE, INSTEAD, PASSIVE, WITHIN, AMOUNT, WHAT_TO_USE,
+ALL = (CHOOSE_ZH, CHOOSE_EN, SUITS_ZH, SUITS_EN, SELF, ASKS, OWN_QUESTION, COMPARE, INSTEAD, PASSIVE, WITHIN, WHAT_TO_USE,
        SEVERAL, ARTICLE, GUIDE, PRONOUN_ZH, PRONOUN_EN, ARTICLE_CLAIM, USER_SITUATION, PRICE, PRICE_STATED, NEGATION)
 
 

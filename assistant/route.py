@@ -29,7 +29,7 @@ import numpy as np
 
 from . import lexicon
 from .advisor.intent import is_selection_question
-from .advisor.scenario import Scenario, parse_free_text, situation_from_turns
+from .advisor.scenario import BASE_GOALS, Scenario, parse_free_text, situation_from_turns
 from .answer.policy import Decision, RefusalThresholds, decide
 from .answer.selection import CANDIDATE_OF
 from .frameworks import find_frameworks, names_only, said_of, spoken
@@ -187,14 +187,24 @@ def asks_about_a_framework(question: str) -> bool:
     (no "we", "我们", no situation the Advisor's parser reads: frameworks known, stage, hardware, scale, team, goals)
     and asks neither what suits nor which of two ("Megatron-FSDP 兼容哪些框架或库？", "Which deep learning framework
     does Megatron-LM require?"). The classifier reads "框架" / "framework" as a choice; the question's frameworks and
-    the asker's silence say otherwise. One that asks for an amount (`lexicon.AMOUNT`) asks what the documents state
-    of that framework even when it names hardware or a model size ("Megatron-LM 在 H100 集群上最高能达到多少 MFU？")."""
+    the asker's silence say otherwise. Hardware, a model size, a domain or a framework's feature said without the
+    asker describe what the documents measured or set up as much as a situation ("Megatron-LM 在 H100 集群上最高能达到
+    多少 MFU？462B 参数模型……", docs-dev-zh-08): only what the asker can say of themselves counts (`_of_the_asker`)."""
     if not find_frameworks(question) or not lexicon.ASKS.search(question):
         return False
     if any(w.search(question) for w in (lexicon.SELF, lexicon.WHAT_TO_USE, lexicon.SUITS_ZH, lexicon.SUITS_EN,
                                          lexicon.COMPARE)):
         return False
-    return lexicon.AMOUNT.search(question) or not parse_free_text(question).stated()
+    return not _of_the_asker(parse_free_text(question))
+
+
+# what only the asker can say of themselves: the frameworks they know, their project's stage, their team and
+# organisation, and the goals of their product (BASE_GOALS: localisation, mobile, server)
+_ASKER_FIELDS = {"known_frameworks", "stage", "team_size", "org", "experience"}
+
+
+def _of_the_asker(situation: Scenario) -> bool:
+    return bool(situation.stated() & _ASKER_FIELDS) or any(g in BASE_GOALS for g in situation.goals)
 
 
 def compared_candidates(question: str, known: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
