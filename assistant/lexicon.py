@@ -168,3 +168,8 @@ def refers_to_article(text: str) -> bool:
     """The question points at the reference article itself ("文章里……", "according to the article"), or may
     ("according to the guide")."""
     return ARTICLE.search(text) or GUIDE.search(text)
+
+
+def has_pronoun(text: str) -> bool:
+    """The text has a pronoun that stands for a framework of the turn before ("它的", "its", "the latter")."""
+    return PRONOUN_ZH.search(text) or PRONOUN_EN.search(text)

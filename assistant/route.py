@@ -240,7 +240,7 @@ def route(question: str, standalone: str, lang: str, hits: list[Hit], *, previou
         # the choice asked again for a new situation ("如果只有 NVIDIA GPU 呢？"): among the candidates weighed before,
         # and in the user's words (the rewrite's prefix named the framework recommended before, now one candidate)
         compared = previous.compared
-        if not (lexicon.PRONOUN_ZH.search(question) or lexicon.PRONOUN_EN.search(question)):
+        if not lexicon.has_pronoun(question):
             standalone = question
     else:
         compared = instead_of(standalone, previous) or compared_candidates(standalone, situation.known_frameworks)
