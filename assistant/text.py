@@ -288,7 +288,8 @@ def normalise(text: str) -> str:
 # never right after "=" ("shape=[4]") and never in a code span ("`dims[1]`"): those are what the answer states. A
 # code span here has no space in it: a sentence cut inside one ("… `tf.[1] If you …") leaves a lone backtick, and
 # a span read from it to the next one would swallow the real marker.
-CITATION = re.compile(r"(?<!=)\[([1-9]\d{0,5})\]")
+CITATION_NUMBER = r"[1-9]\d{0,5}"  # at most 6 digits: int() refuses more than 4,300, and no source has so many
+CITATION = re.compile(rf"(?<!=)\[({CITATION_NUMBER})\]")
 _CODE_SPAN = re.compile(r"`[^`\s]+`")
 
 

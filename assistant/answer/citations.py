@@ -39,6 +39,7 @@ from ..frameworks import (
 from ..lang import detect_language
 from ..lexicon import ARTICLE_CLAIM, NEGATION, USER_SITUATION
 from ..text import (
+    CITATION_NUMBER,
     LIST_ITEM,
     citation_marks,
     cjk_count,
@@ -59,7 +60,7 @@ from .prompt import INSTRUCTION_LINES, Source
 # no source number, and int() refuses more than 4,300 digits (a ValueError out of the check). Not a marker: a
 # bracket that holds a 0 (sources are numbered from 1: "x[0]" indexes), one right after "=" ("shape=[4,8]") and one
 # inside a code span ("`dims[1]`"): what the answer states, which the check must keep (text.CITATION: one source's).
-_MARK = re.compile(r"(?<!=)\s*[,，、]?\s*[\[【]\s*([1-9]\d{0,5}(?:\s*[,，、]\s*[1-9]\d{0,5})*)\s*[\]】]")
+_MARK = re.compile(rf"(?<!=)\s*[,，、]?\s*[\[【]\s*({CITATION_NUMBER}(?:\s*[,，、]\s*{CITATION_NUMBER})*)\s*[\]】]")
 _LITERAL_MARK = re.compile(r"\s*[\[【]\s*n\s*[\]】]", re.IGNORECASE)  # the instruction's "[n]" copied verbatim
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.-])\d+(?:\.\d+)*")
 _IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:[A-Za-z][A-Za-z0-9_-]*(?:[._][A-Za-z0-9_-]+)+(?:\(\))?"
