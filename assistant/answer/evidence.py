@@ -5,7 +5,8 @@ is shown the sentences that matter, not whole chunks. Every sentence of the top 
 next to them in their sections that a list runs on into (a list cut between chunks), is scored against the question by
 meaning (the embedder, which also bridges Chinese and English) and by shared terms (with the cross-language
 aliases); each retrieved passage first contributes its best sentence, in rank order (so a comparison keeps
-evidence for each side), then the best remaining sentences fill the budget.
+evidence for each side), then the lists whose lead-in ("…以下四个部分：") was such a sentence, item by item, then the best
+remaining sentences fill the budget (a lead-in taken then brings its code block or list at once).
 Duplicates are dropped, a sentence scoring under `floor` x the best one stays out (a weak passage's best
 sentence, a table of contents, a list of paper titles: tokens the model reads for nothing), and the kept
 sentences of a passage stay in their original order.
@@ -57,8 +58,9 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
     seen: set[str] = set()
     used = 0
     cutoff = floor * max(scores)  # only the first sentence taken may score under it
+    items: list[int] = []  # the other items of lists whose lead-in was taken while each hit gives its best sentence
 
-    def take(i: int, first: bool, introduced: bool = False) -> None:
+    def take(i: int, first: bool, introduced: bool = False, defer: bool = False) -> None:
         nonlocal used
         key = normalise(cands[i][2])
         if key in seen:
@@ -74,12 +76,19 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
         if (not introduced and after < len(cands) and cands[after][:2] == (cands[i][0], cands[i][1] + 1)
                 and _introduces(cands[i][2], cands[after][2])):
             take(after, first=False, introduced=True)
+            rest = _rest_of_list(cands, after)
+            if defer:
+                items.extend(rest)
+            for j in () if defer else rest:
+                take(j, first=False, introduced=True)
 
     order = sorted(range(len(cands)), key=lambda i: -scores[i])
     for pi in (pi for pi, p in enumerate(passages) if not p.neighbour):  # hits come in rank order
         best = next((i for i in order if cands[i][0] == pi), None)  # each hit's best sentence
         if best is not None:
-            take(best, first=not chosen)
+            take(best, first=not chosen, defer=True)
+    for i in items:  # then the lists those brought, item by item while the budget lasts
+        take(i, first=False, introduced=True)
     for i in order:  # then the best sentences overall
         if i not in chosen:
             take(i, first=False)
@@ -124,6 +133,21 @@ def _introduces(sentence: str, then: str) -> bool:
     list item (within a passage, or the next chunk's first item: `_runs_on`)."""
     return sentence.rstrip().endswith((":", "：")) and (then.lstrip().startswith("```") or
                                                        LIST_ITEM.match(then.lstrip()) is not None)
+
+
+def _rest_of_list(cands: list[tuple[int, int, str]], first: int) -> list[int]:
+    """The items after `first` (a list's first item) of the list it begins: the next sentences of its passage while each
+    begins an item ("2. …", "#. …", "- …"); a sentence that does not (an item's second sentence, the text after the
+    list) ends it. [] when `first` is no list item (a code block)."""
+    if not LIST_ITEM.match(cands[first][2].lstrip()):
+        return []
+    out: list[int] = []
+    j = first + 1
+    while j < len(cands) and cands[j][:2] == (cands[first][0], cands[first][1] + len(out) + 1) \
+            and LIST_ITEM.match(cands[j][2].lstrip()):
+        out.append(j)
+        j += 1
+    return out
 
 
 def _runs_on(first: Chunk, then: Chunk) -> bool:
