@@ -5,8 +5,9 @@ is shown the sentences that matter, not whole chunks. Every sentence of the top 
 next to them in their sections that a list runs on into (a list cut between chunks), is scored against the question by
 meaning (the embedder, which also bridges Chinese and English) and by shared terms (with the cross-language
 aliases); each retrieved passage first contributes its best sentence, in rank order (so a comparison keeps
-evidence for each side), then the lists whose lead-in ("…以下四个部分：") was such a sentence, item by item, then the best
-remaining sentences fill the budget (a lead-in taken then brings its code block or list at once).
+evidence for each side), then the items of the lists whose lead-in ("…以下四个部分：") was such a sentence (the closest to
+the question first), then the best remaining sentences fill the budget (a lead-in taken then brings its code block or
+list at once). Whatever the order of choice, a passage's sentences are shown in the page's order.
 Duplicates are dropped, a sentence scoring under `floor` x the best one stays out (a weak passage's best
 sentence, a table of contents, a list of paper titles: tokens the model reads for nothing), and the kept
 sentences of a passage stay in their original order.
@@ -76,7 +77,7 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
         if (not introduced and after < len(cands) and cands[after][:2] == (cands[i][0], cands[i][1] + 1)
                 and _introduces(cands[i][2], cands[after][2])):
             take(after, first=False, introduced=True)
-            rest = _rest_of_list(cands, after)
+            rest = sorted(_rest_of_list(cands, after), key=lambda j: -scores[j])  # the closest items first
             if defer:
                 items.extend(rest)
             for j in () if defer else rest:
@@ -87,7 +88,7 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
         best = next((i for i in order if cands[i][0] == pi), None)  # each hit's best sentence
         if best is not None:
             take(best, first=not chosen, defer=True)
-    for i in items:  # then the lists those brought, item by item while the budget lasts
+    for i in sorted(items, key=lambda i: -scores[i]):  # then the lists those brought, while the budget lasts
         take(i, first=False, introduced=True)
     for i in order:  # then the best sentences overall
         if i not in chosen:
