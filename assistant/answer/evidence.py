@@ -77,11 +77,11 @@ def select_evidence(question: str, hits: list[Hit], count_tokens: Callable[[str]
         if (not introduced and after < len(cands) and cands[after][:2] == (cands[i][0], cands[i][1] + 1)
                 and _introduces(cands[i][2], cands[after][2])):
             take(after, first=False, introduced=True)
-            rest = sorted(_rest_of_list(cands, after), key=lambda j: -scores[j])  # the closest items first
             if defer:
-                items.extend(rest)
-            for j in () if defer else rest:
-                take(j, first=False, introduced=True)
+                items.extend(_rest_of_list(cands, after))
+            else:
+                for j in sorted(_rest_of_list(cands, after), key=lambda j: -scores[j]):  # the closest items first
+                    take(j, first=False, introduced=True)
 
     order = sorted(range(len(cands)), key=lambda i: -scores[i])
     for pi in (pi for pi, p in enumerate(passages) if not p.neighbour):  # hits come in rank order
@@ -142,13 +142,11 @@ def _rest_of_list(cands: list[tuple[int, int, str]], first: int) -> list[int]:
     list) ends it. [] when `first` is no list item (a code block)."""
     if not LIST_ITEM.match(cands[first][2].lstrip()):
         return []
-    out: list[int] = []
     j = first + 1
-    while j < len(cands) and cands[j][:2] == (cands[first][0], cands[first][1] + len(out) + 1) \
+    while j < len(cands) and cands[j][:2] == (cands[first][0], cands[first][1] + j - first) \
             and LIST_ITEM.match(cands[j][2].lstrip()):
-        out.append(j)
         j += 1
-    return out
+    return list(range(first + 1, j))
 
 
 def _runs_on(first: Chunk, then: Chunk) -> bool:
