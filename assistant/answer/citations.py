@@ -6,8 +6,9 @@ Support of a sentence by a passage = max over the passage's sentences of
     0.55 * cosine(multilingual embedding) + 0.45 * term overlap (share of the sentence's content terms,
     expanded across languages, found in the passage sentence),
 minus 0.5 x the share of the sentence's specific terms (numbers, API names such as torch.compile, acronyms
-such as FSDP, framework names) that the passage does not contain in any language: a sentence that reuses
-a passage's words but adds a version number or the wrong framework is the small model's usual invention.
+such as FSDP, framework names) that the passage (with its page title and headings) does not contain in any
+language: a sentence that reuses a passage's words but adds a version number or the wrong framework is the small
+model's usual invention.
 A negated sentence ("lacks", "没有要求") scores 0.3 less against each passage sentence that negates nothing
 (`lexicon.NEGATION`): the passage's words with their sense turned round.
 The model (1.5B) rarely cites by itself (shared/notes/models.md), so alignment does the real work.
@@ -243,7 +244,9 @@ class CitationChecker:
         codes = [code_spans(x) for x in sentences]
         fws = [set(s.hit.chunk.frameworks) for s in sources]
         passage_fws = [frameworks_of(t, f) for f, t in zip(fws, texts, strict=True)]  # once per source
-        penalty = np.array([[missing_share(st, t, f) for f, t in zip(passage_fws, texts, strict=True)]
+        # a term the passage's title or headings state is stated for it ("ZeRO-Offload" under the page "ZeRO-Offload")
+        headed = [f"{s.hit.chunk.headings} {t}" for s, t in zip(sources, texts, strict=True)]
+        penalty = np.array([[missing_share(st, t, f) for f, t in zip(passage_fws, headed, strict=True)]
                             for st in specific])
         best = np.zeros(shape, dtype=int)
         start = 0

@@ -200,8 +200,8 @@ def uncovered_subjects(question: str, hits: list[Hit], known: Callable[[str], bo
     asked = [PRICE.search(t) for t in sentences]
     if not any(per) and not any(asked):
         return []
-    text = " ".join(" ".join([h.chunk.source, h.chunk.title, *h.chunk.heading_path, *h.chunk.frameworks,
-                              h.chunk.text]) for h in hits).lower()
+    text = " ".join(" ".join([h.chunk.source, h.chunk.headings, *h.chunk.frameworks, h.chunk.text])
+                    for h in hits).lower()
     missing = [[t for t in terms if not any(_names(v, text) for v in [t, *expand_terms(t)])
                 and not (known is not None and known(t))] for terms in per]
     # what a sentence asks for can itself be missing: a price, which no passage states
