@@ -112,8 +112,8 @@ def test_a_changed_number_or_framework_loses_its_support() -> None:
 
 def test_a_term_the_passages_headings_state_is_no_invention() -> None:
     """A claim naming what the page and section are about ("the JAX JIT guide", dev case docs-dev-en-05) is checked
-    against the passage with its title and headings, which its citation shows; under other headings the same
-    sentence loses its support."""
+    against the passage with its title and headings, which its citation shows, for its specific terms and its code;
+    under other headings the same sentence loses its support."""
     text = ("Impure functions are dangerous because under JAX transformations they are likely not to behave as "
             "intended.\n(If you want debug printing, use `jax.debug.print`. To express general side-effects at the cost "
             "of performance, see `jax.experimental.io_callback`.\nTo check for tracer leaks at the cost of performance, "
@@ -128,6 +128,17 @@ def test_a_term_the_passages_headings_state_is_no_invention() -> None:
     assert "jax.check_tracer_leaks" in checker.check(answer, [Source(1, Hit(jit, 1.0), text)]).text
     notes = dataclasses.replace(jit, title="Notes", heading_path=("Notes",))
     assert "jax.check_tracer_leaks" not in checker.check(answer, [Source(1, Hit(notes, 1.0), text)]).text
+    # code in backticks too: `torch.compile` is the page's title (dev case docs-dev-en-02)
+    text = ("This highlights a major difference between TorchDynamo and previous PyTorch compiler solutions. "
+            "TorchDynamo, on the other hand, will break the computation graph.\n\n"
+            "We can see where TorchDynamo breaks the graph by using `torch._dynamo.explain`.")
+    tutorial = Chunk(id="tc", text=text, source="tc.py", title="Introduction to torch.compile",
+                     heading_path=("Introduction to torch.compile", "TorchDynamo and FX Graphs"), language="en",
+                     frameworks=("PyTorch",), lines=(1, 3))
+    answer = "With `torch.compile`, you can find out where TorchDynamo breaks the graph by using `torch._dynamo.explain` [1]."
+    assert "explain" in checker.check(answer, [Source(1, Hit(tutorial, 1.0), text)]).text
+    notes = dataclasses.replace(tutorial, title="Notes", heading_path=("Notes",))
+    assert "explain" not in checker.check(answer, [Source(1, Hit(notes, 1.0), text)]).text
 
 
 def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:

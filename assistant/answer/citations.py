@@ -244,7 +244,8 @@ class CitationChecker:
         codes = [code_spans(x) for x in sentences]
         fws = [set(s.hit.chunk.frameworks) for s in sources]
         passage_fws = [frameworks_of(t, f) for f, t in zip(fws, texts, strict=True)]  # once per source
-        # a term the passage's title or headings state is stated for it ("ZeRO-Offload" under the page "ZeRO-Offload")
+        # a term or code the passage's title or headings state is stated for it ("torch.compile" under the page
+        # "Introduction to torch.compile")
         headed = [f"{s.hit.chunk.headings} {t}" for s, t in zip(sources, texts, strict=True)]
         penalty = np.array([[missing_share(st, t, f) for f, t in zip(passage_fws, headed, strict=True)]
                             for st in specific])
@@ -282,7 +283,7 @@ class CitationChecker:
             elsewhere = np.array([bool(cf and passage_fws[j] and not cf & passage_fws[j])
                                   or bool(subjects and subjects[i] and not subjects[i] & passage_fws[j])
                                   for i, cf in enumerate(claim_fws)])
-            flat_text = " ".join(texts[j].split()).lower()
+            flat_text = " ".join(headed[j].split()).lower()
             no_code = np.array([any(c not in flat_text for c in cs) for cs in codes])
             penalties = (SPECIFIC_PENALTY * penalty[:, j] + SPLICE_PENALTY * spliced + ELSEWHERE_PENALTY * elsewhere
                          + CODE_PENALTY * no_code)
