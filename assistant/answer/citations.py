@@ -2,7 +2,8 @@
 sentence against the passages, keep supported citations, attach the best-supported source where the
 model cited nothing or cited wrongly, and drop sentences no source supports.
 
-Support of a sentence by a passage = max over the passage's sentences of
+Support of a sentence by a passage = max over the passage's sentences (a code block read with the sentence before it,
+which says what it is for) of
     0.55 * cosine(multilingual embedding) + 0.45 * term overlap (share of the sentence's content terms,
     expanded across languages, found in the passage sentence),
 minus 0.5 x the share of the sentence's specific terms (numbers, API names such as torch.compile, acronyms
@@ -217,7 +218,7 @@ class CitationChecker:
         # checked against the whole passage a citation opens (what the user will read), not only the trimmed
         # evidence the model saw
         texts = [s.hit.chunk.text for s in sources]
-        src_sents = [split_sentences(t) or [t] for t in texts]
+        src_sents = [_with_lead_ins(split_sentences(t) or [t]) for t in texts]
         flat = [x for ss in src_sents for x in ss]
         shape = (len(sentences), len(sources))
         if not sentences or not flat:
@@ -506,6 +507,11 @@ def repeats_instructions(sentence: str) -> bool:
     """Whether `sentence` echoes one of the prompt's instruction lines (`prompt.INSTRUCTION_LINES`; "The reference
     passages most related to the question: [11], [10]." copies the focus line): no claim of the sources."""
     return any(echoes(sentence, line) for line in _instruction_terms())
+
+
+def _with_lead_ins(sents: list[str]) -> list[str]:
+    """A passage's sentences with each code block read after the sentence before it, which says what the block is."""
+    return [f"{sents[i - 1]} {x}" if i and x.lstrip().startswith("```") else x for i, x in enumerate(sents)]
 
 
 def _resolved_pronouns(pieces: list[str]) -> dict[int, tuple[int, str]]:
