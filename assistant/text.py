@@ -219,6 +219,11 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
+def is_code_block(sentence: str) -> bool:
+    """Whether a passage's sentence (a piece of `split_sentences`) is a fenced code block: it begins with its fence."""
+    return sentence.lstrip().startswith("```")
+
+
 def item_body(sentence: str) -> str:
     """A list item's sentence without its number or bullet ("1. PaddleHub (…)" -> "PaddleHub (…)"): what it says."""
     item = LIST_ITEM.match(sentence)

@@ -46,6 +46,7 @@ from ..text import (
     citation_marks,
     cjk_count,
     content_terms,
+    is_code_block,
     item_body,
     join_sentences,
     outside_code,
@@ -511,7 +512,7 @@ def repeats_instructions(sentence: str) -> bool:
 
 def _with_lead_ins(sents: list[str]) -> list[str]:
     """A passage's sentences with each code block read after the sentence before it, which says what the block is."""
-    return [f"{sents[i - 1]} {x}" if i and x.lstrip().startswith("```") else x for i, x in enumerate(sents)]
+    return [f"{sents[i - 1]} {x}" if i and is_code_block(x) else x for i, x in enumerate(sents)]
 
 
 def _resolved_pronouns(pieces: list[str]) -> dict[int, tuple[int, str]]:

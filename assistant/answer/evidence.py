@@ -23,7 +23,7 @@ import numpy as np
 
 from ..embed import Embedder
 from ..frameworks import expand_terms, find_frameworks, frameworks_of, sentence_frameworks
-from ..text import LIST_ITEM, content_terms, normalise, split_sentences, starts_with_pronoun
+from ..text import LIST_ITEM, content_terms, is_code_block, normalise, split_sentences, starts_with_pronoun
 from ..types import Chunk, Hit
 from .policy import addresses_the_model
 from .prompt import Source
@@ -132,8 +132,7 @@ def _with_neighbours(hits: list[Hit], around: Callable[[Chunk], list[Chunk]] | N
 def _introduces(sentence: str, then: str) -> bool:
     """`sentence` is the lead-in of the block that follows it: it ends with a colon, and `then` is a code block or a
     list item (within a passage, or the next chunk's first item: `_runs_on`)."""
-    return sentence.rstrip().endswith((":", "：")) and (then.lstrip().startswith("```") or
-                                                       LIST_ITEM.match(then.lstrip()) is not None)
+    return sentence.rstrip().endswith((":", "：")) and (is_code_block(then) or LIST_ITEM.match(then.lstrip()) is not None)
 
 
 def _rest_of_list(cands: list[tuple[int, int, str]], first: int) -> list[int]:
