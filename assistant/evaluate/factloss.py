@@ -8,7 +8,8 @@ A fact that is in the final answer is `kept`. Otherwise it is lost at the first 
     not_retrieved      no passage the retriever returned (every hit, before the evidence selection) holds it, nor
                        any pinned passage (the pinned documents are in the model's context whatever their rank)
     refused            retrieved, but policy.decide refused before generation (no evidence was shown)
-    cut_by_evidence    retrieved, but not in the evidence the model was shown (budget, floor, max sources)
+    cut_by_evidence    retrieved, but not in the evidence the model was shown (budget, floor, max sources, or a
+                       passage of another document that ranked below the pinned documents' best: pipeline.extra_hits)
     not_written        in the evidence, but not in the model's draft
     removed_by_check   in the draft, but not in the final answer (the citation check dropped or replaced it)
     error              the service raised for this case, or the answerer kept no trace
