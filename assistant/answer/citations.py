@@ -10,6 +10,10 @@ minus 0.5 x the share of the sentence's specific terms (numbers, API names such 
 such as FSDP, framework names) that the passage (with its page title and headings) does not contain in any
 language: a sentence that reuses a passage's words but adds a version number or the wrong framework is the small
 model's usual invention.
+A sentence that restates the question (half its words or more are the question's) is also scored with the term
+overlap of what it adds: the share of its new words in the passage sentence, capped by the share of all its words
+that the sentence's new words and the passage (with its headings) hold, and only against a passage about every
+framework the question names; the better of the two scores counts. A paraphrased question's words are not the page's.
 A negated sentence ("lacks", "没有要求") scores 0.3 less against each passage sentence that negates nothing
 (`lexicon.NEGATION`): the passage's words with their sense turned round.
 The model (1.5B) rarely cites by itself (shared/notes/models.md), so alignment does the real work.
@@ -86,6 +90,7 @@ _LEAD_IN = re.compile(r"^(?P<lead>[^：:`]{4,}?(?:：|:(?=\s)))\s*(?P<rest>\S.{3
 # (0.80: of the 25 such sentences in five hand-labelled samples, eval/handcheck/, every supported one scored >= 0.85
 # and the unsupported ones up to 0.72 apart from verbatim copies, so 0.70 let some through)
 DEICTIC_THRESHOLD = 0.80
+RESTATED_SHARE = 0.5  # a sentence at least this much of whose words are the question's restates it
 CITED_MARGIN = 0.30  # a cited source scoring this much below the best source gives way to it
 # A sentence that is a near-copy of one passage sentence (support >= QUOTE_THRESHOLD) is shown in the passage's own
 # words: the small model's remaining errors keep the passage's words and shift their meaning ("recommends" for
@@ -213,9 +218,11 @@ class CitationChecker:
         found = self.support(sentences, sources, subjects)
         return found.scores, found.sentences
 
-    def support(self, sentences: list[str], sources: list[Source], subjects: list[set[str]] | None = None) -> Support:
+    def support(self, sentences: list[str], sources: list[Source], subjects: list[set[str]] | None = None,
+                question: str = "") -> Support:
         """How each source supports each sentence. subjects[i]: the frameworks a label before sentence i made its
-        subject ("PaddlePaddle: <sentence>")."""
+        subject ("PaddlePaddle: <sentence>"). `question`: what the answer answers; a sentence that restates it
+        (`RESTATED_SHARE` of its words are the question's) is also scored on what it adds (`_added_overlap`)."""
         # checked against the whole passage a citation opens (what the user will read), not only the trimmed
         # evidence the model saw
         texts = [s.hit.chunk.text for s in sources]
@@ -234,6 +241,9 @@ class CitationChecker:
         flat_terms = [set(tokenize(x)) for x in flat]
         overlap = np.array([[min(1.0, len(st & ft) / n) for ft in flat_terms]
                             for st, n in zip(sent_terms, own, strict=True)])
+        whole = [set(tokenize(f"{s.hit.chunk.headings} {t}")) for s, t in zip(sources, texts, strict=True)]
+        added = _added_overlap(sentences, sent_terms, flat_terms,
+                               [whole[j] for j, ss in enumerate(src_sents) for _ in ss], question)
         # across languages the two texts share no terms by construction (an English answer from the Chinese article):
         # there the multilingual embedding's similarity stands for both halves
         sent_zh = np.array([detect_language(x) == "zh" for x in sentences])
@@ -268,8 +278,16 @@ class CitationChecker:
         turned = POLARITY_PENALTY * (negated[:, None] & plain_flat[None, :])
         unturned = np.zeros(shape)
         own_terms = [{t for t in tokenize(x) if len(t) > 1 or not t.isascii()} for x in sentences]
+        asked_fws = set(find_frameworks(question)) if added is not None else set()
         for j, ss in enumerate(src_sents):
             block = pair[:, start : start + len(ss)]
+            if added is not None and asked_fws <= passage_fws[j]:
+                # the question's words are granted only by a passage about what it asks of: "Paddle uses
+                # torch.distributed.elastic ..." (dev fact-en-26) restates a question about Paddle, and a PyTorch
+                # passage says the rest
+                alt = 0.55 * cos[:, start : start + len(ss)] + 0.45 * added[:, start : start + len(ss)] \
+                    - ATTRIBUTION_PENALTY * other[:, start : start + len(ss)]
+                block = np.maximum(block, alt)
             # a claim spliced from a sentence about another framework: the share of its words that only
             # such sentences of the passage contain
             terms_j = flat_terms[start : start + len(ss)]
@@ -324,7 +342,7 @@ class CitationChecker:
         asked = [question] if bare else []  # the question alone, which a bare answer must add to
         found = self.support([item_body(x) for x in plain] + list(said_so.values()) + asked,  # an item without its number
                              sources + [outline_source(sources, g) for g in groups],
-                             subjects + [set() for _ in said_so] + [set() for _ in asked])
+                             subjects + [set() for _ in said_so] + [set() for _ in asked], question)
         support, src_sents = found.scores, found.sentences
         for i in bare:  # the question alone may be close to a passage: the answer counts only where it agrees more
             support[rows[i]] = np.where(support[rows[i]] > support[-1], support[rows[i]], 0.0)
@@ -475,6 +493,31 @@ QUOTE_LEAD = {
 
 # a sentence whose every content term is another text's (at least 4 of them) only echoes that text
 ECHO_MIN_TERMS = 4
+
+
+def _added_overlap(sentences: list[str], sent_terms: list[set[str]], flat_terms: list[set[str]],
+                   passage_terms: list[set[str]], question: str) -> np.ndarray | None:
+    """overlap[i, k] of sentence i with passage sentence k, read on what sentence i adds to the question, for a
+    sentence that restates it (`RESTATED_SHARE` of its words are the question's) and adds something; 0 for any other
+    sentence, and None without a question. The share of its new words that passage sentence k holds, capped by the
+    share of all its words held by that sentence (the new ones) or by its passage with the headings (`passage_terms`
+    [k], the restated ones): what it adds must be in the sentence, and a question the passage never speaks of does
+    not pass as restated. A paraphrased question's words are not the page's, and the small model answers by
+    restating them ("The gradient reduction buckets in the DeepSpeed example ... are 500M.", dev para-en-03): they
+    counted against a claim whose new part the passage states."""
+    if not question:
+        return None
+    asked = _terms(question)
+    rows = []
+    for s, st in zip(sentences, sent_terms, strict=True):
+        own = set(tokenize(s))
+        new, given, adds = own - asked, own & asked, st - asked
+        if new and len(given) >= RESTATED_SHARE * len(own):
+            rows.append([min(len(adds & ft) / len(new), (len(adds & ft) + len(given & pt)) / len(own), 1.0)
+                         for ft, pt in zip(flat_terms, passage_terms, strict=True)])
+        else:
+            rows.append([0.0] * len(flat_terms))
+    return np.array(rows).reshape(len(sentences), len(flat_terms))
 
 
 def echoes(sentence: str, terms: AbstractSet[str]) -> bool:
