@@ -241,9 +241,8 @@ class CitationChecker:
         flat_terms = [set(tokenize(x)) for x in flat]
         overlap = np.array([[min(1.0, len(st & ft) / n) for ft in flat_terms]
                             for st, n in zip(sent_terms, own, strict=True)])
-        whole = [set(tokenize(f"{s.hit.chunk.headings} {t}")) for s, t in zip(sources, texts, strict=True)]
-        added = _added_overlap(sentences, sent_terms, flat_terms,
-                               [whole[j] for j, ss in enumerate(src_sents) for _ in ss], question)
+        added = _added_overlap(sentences, sent_terms, flat_terms, _passage_terms(sources, src_sents, flat_terms),
+                               question) if question else None
         # across languages the two texts share no terms by construction (an English answer from the Chinese article):
         # there the multilingual embedding's similarity stands for both halves
         sent_zh = np.array([detect_language(x) == "zh" for x in sentences])
@@ -493,6 +492,15 @@ QUOTE_LEAD = {
 
 # a sentence whose every content term is another text's (at least 4 of them) only echoes that text
 ECHO_MIN_TERMS = 4
+
+
+def _passage_terms(sources: list[Source], src_sents: list[list[str]], flat_terms: list[set[str]]) -> list[set[str]]:
+    """For each passage sentence (in `flat_terms`' order), the terms of its whole passage and headings."""
+    out: list[set[str]] = []
+    for src, ss in zip(sources, src_sents, strict=True):
+        held = set(tokenize(src.hit.chunk.headings)).union(*flat_terms[len(out) : len(out) + len(ss)])
+        out += [held] * len(ss)
+    return out
 
 
 def _added_overlap(sentences: list[str], sent_terms: list[set[str]], flat_terms: list[set[str]],
